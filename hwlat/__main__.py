@@ -1,0 +1,3 @@
+from hwlat.cli import main
+
+main()

@@ -1,0 +1,46 @@
+"""`hwlat profile`: measure this device's op latencies into the kernel database."""
+
+from __future__ import annotations
+
+import click
+
+from hwlat.commands.common import duration, json_option, open_db
+from hwlat.output import budget_progress, emit_json, stderr
+from kernels_db.build import ProfileSettings, profile_device
+
+
+@click.command()
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
+@click.option("--threads", type=click.IntRange(min=1),
+              help="Threads to time with (default: torch's default, what you deploy with).")
+@click.option("--budget", default="10m", show_default=True, callback=duration,
+              help="Time budget: 90s, 10m, 1h.")
+@click.option("--name", help="An alias for this device, usable wherever an id is.")
+@click.option("--dtype", "dtypes", multiple=True, default=("float32",), show_default=True,
+              type=click.Choice(["float32", "float16", "bfloat16"]), help="Repeatable.")
+@click.option("--models", help="Comma-separated training-zoo specs to restrict the zoo to.")
+@click.option("--batch", "batches", multiple=True, type=click.IntRange(min=1),
+              help="Profile the zoo at these batch sizes only (repeatable).")
+@click.option("--no-e2e", is_flag=True, help="Skip end-to-end model measurements.")
+@click.option("--seed", default=0, show_default=True)
+@json_option
+@click.pass_context
+def profile(ctx, device, threads, budget, name, dtypes, models, batches, no_e2e, seed, as_json):
+    """Profile DEVICE once: per-op latencies and model latencies, within a time budget.
+
+    Resumable: run it again (or twice at once) and it continues where it stopped.
+    """
+    settings = ProfileSettings(
+        device=device, threads=threads, dtypes=tuple(dtypes), budget_s=budget, name=name,
+        models=tuple(m.strip() for m in models.split(",")) if models else None,
+        batches=tuple(batches) or None, e2e=not no_e2e, seed=seed)
+    with open_db(ctx) as db, budget_progress("profiling", enabled=not as_json) as update:
+        report = profile_device(db, settings, progress=update)
+    if as_json:
+        emit_json(report.to_json())
+        return
+    noise = f"{report.noise_median:.1%}" if report.noise_median is not None else "unknown"
+    stderr.print(
+        f"[bold]{report.device_id}[/]: measured {report.measured_now} op configs and "
+        f"{report.models_measured_now} models in {report.elapsed_s:.0f} s; training-zoo configs "
+        f"covered {report.zoo_measured}/{report.zoo_configs}; median IQR/median {noise}.")

@@ -1,0 +1,61 @@
+"""Shared output helpers for commands: JSON to stdout, everything human to stderr or tables."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+stdout = Console()
+stderr = Console(stderr=True)
+
+
+def _clean(value):
+    """JSON-safe: NaN and inf become None (unknown is unknown, never a fake number)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def emit_json(value) -> None:
+    sys.stdout.write(json.dumps(_clean(value), indent=2, default=str) + "\n")
+
+
+@contextmanager
+def budget_progress(description: str, enabled: bool = True) -> Iterator:
+    """A progress bar over a time budget; yields `update(text, fraction)`."""
+    if not enabled:
+        yield lambda text, fraction: None
+        return
+    columns = (TextColumn("{task.description:<48.48}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+               TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
+    with Progress(*columns, console=stderr, transient=False) as progress:
+        task = progress.add_task(description, total=1.0)
+
+        def update(text: str, fraction: float) -> None:
+            progress.update(task, description=text, completed=max(fraction, 0.0))
+
+        yield update
+        progress.update(task, completed=1.0)
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '10m', '1h', '1h30m' or plain seconds -> seconds."""
+    import re
+
+    text = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+(?:\.\d+)?)([smh])", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"cannot read duration {text!r}; use e.g. 90s, 10m or 1h")
+    return sum(float(n) * {"s": 1, "m": 60, "h": 3600}[u] for n, u in parts)

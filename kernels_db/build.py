@@ -1,0 +1,317 @@
+"""Filling a device's kernel database: plan op configs, time them, store every sample. Resumable.
+
+A run plans (deterministically, so a rerun plans the same configs), then claims unmeasured
+configs in small batches and stores each measurement in its own transaction. Killing the process
+loses at most the config being timed; the next run (or a concurrent one) takes over its claims.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kernels_db.store import KernelDB, settings_key
+from profilers import sampling, zoo
+from profilers.errors import HwlatError
+
+ProgressFn = Callable[[str, float], None]
+"""Called with a phase description and the fraction of the budget used (0..1)."""
+
+
+@dataclass
+class ProfileSettings:
+    device: str = "cpu"
+    threads: int | None = None
+    dtypes: tuple[str, ...] = ("float32",)
+    budget_s: float = 600.0
+    name: str | None = None
+    models: tuple[str, ...] | None = None  # restrict the training zoo to these specs
+    batches: tuple[int, ...] | None = None
+    e2e: bool = True
+    seed: int = 0
+    claim_batch: int = 8
+
+
+@dataclass
+class ProfileReport:
+    device_id: str
+    run_id: str
+    elapsed_s: float = 0.0
+    planned: int = 0
+    measured_now: int = 0
+    models_measured_now: int = 0
+    zoo_configs: int = 0
+    zoo_measured: int = 0
+    noise_median: float | None = None
+    status: str = "done"
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+class _Deadline:
+    def __init__(self, budget_s: float):
+        self.start, self.budget_s = time.monotonic(), budget_s
+
+    def used(self) -> float:
+        return time.monotonic() - self.start
+
+    def left(self) -> float:
+        return self.budget_s - self.used()
+
+    def fraction(self) -> float:
+        return min(1.0, self.used() / self.budget_s) if self.budget_s > 0 else 1.0
+
+
+def _zoo_cases(settings: ProfileSettings) -> list[zoo.ModelCase]:
+    cases = zoo.training_cases(list(settings.batches) if settings.batches else None)
+    if settings.models:
+        wanted = {zoo.resolve_spec(m) for m in settings.models}
+        cases = [c for c in cases if c.spec in wanted]
+        if not cases:
+            known = ", ".join(e["spec"] for e in zoo.load_zoo()["training"])
+            raise HwlatError(f"none of {', '.join(settings.models)} is in the training zoo; "
+                             f"pick from: {known}")
+    return cases
+
+
+def _device_type(device: str) -> str:
+    return device.split(":")[0]
+
+
+def plan(db: KernelDB, device_id: str, settings: ProfileSettings,
+         progress: ProgressFn | None = None) -> tuple[int, int]:
+    """Insert the run's op configs (zoo, perturbations, random); returns (new, zoo total)."""
+    from profilers.capture import capture_spec
+    from profilers.ops import family_of
+    from profilers.specs import parse_input_spec
+
+    device_type = _device_type(settings.device)
+    samples: list[sampling.Sample] = []
+    zoo_records = []
+    cases = _zoo_cases(settings)
+    for case in cases:
+        if progress:
+            progress(f"capturing {case.label}", 0.0)
+        for dtype in settings.dtypes:
+            captured = capture_spec(case.spec, inputs=[parse_input_spec(s) for s in case.inputs],
+                                    device_type=device_type, dtype=dtype)
+            recs = list(sampling.timed_records(captured.ops))
+            zoo_records.extend(recs)
+            samples.extend(sampling.Sample(r, "zoo", 0) for r in recs)
+    n_zoo = len({r.key for r in zoo_records})
+    rng_seed = settings.seed
+    for r in sampling.perturbations(zoo_records, max(200, n_zoo), seed=rng_seed):
+        samples.append(sampling.Sample(r, "perturb", 1))
+    for family in sampling.GENERATORS:
+        for dtype in settings.dtypes:
+            for r in sampling.random_records(family, 60, seed=rng_seed, device_type=device_type,
+                                             dtype=dtype):
+                samples.append(sampling.Sample(r, "random", 2))
+    unique = sampling.dedupe(samples)
+    new = db.add_configs(device_id, [
+        (s.record.key, s.record.op, family_of(s.record.op), s.record.dtype, s.source,
+         s.record.to_json(), s.priority) for s in unique])
+    return new, n_zoo
+
+
+def _measure_config(record, device: str, flusher, threads: int):
+    from profilers.opbench import op_callable
+    from profilers.timer import measure_stable
+
+    fn = op_callable(record, device=device)
+    return measure_stable(fn, flush=flusher, device=_device_type(device), label=record.op)
+
+
+def measure_configs(db: KernelDB, device_id: str, run_id: str, settings: ProfileSettings,
+                    deadline: _Deadline, flusher, threads: int, *, max_priority: int | None = None,
+                    progress: ProgressFn | None = None) -> int:
+    """Claim and time unmeasured configs until none are left or the deadline passes."""
+    from profilers.oprecord import OpRecord
+
+    done = 0
+    while deadline.left() > 0:
+        batch = db.claim_unmeasured(device_id, run_id, settings.claim_batch,
+                                    max_priority=max_priority)
+        if not batch:
+            break
+        for row in batch:
+            if deadline.left() <= 0:
+                break
+            record = OpRecord.from_json(row.record)
+            try:
+                m = _measure_config(record, settings.device, flusher, threads)
+            except Exception as exc:  # noqa: BLE001 - one bad config must not stop a run
+                db.mark_failed(row.id, run_id, f"{type(exc).__name__}: {exc}"[:300])
+                continue
+            db.add_measurement(row.id, run_id, m.samples_s, flushed=flusher is not None,
+                               threads=threads, noisy=m.is_noisy)
+            done += 1
+            if progress:
+                progress(f"timing {row.family} ({row.source})", deadline.fraction())
+        db.release_claims(run_id)
+    return done
+
+
+def measure_models(db: KernelDB, device_id: str, run_id: str, settings: ProfileSettings,
+                   deadline: _Deadline, threads: int, *, share_s: float,
+                   progress: ProgressFn | None = None) -> int:
+    """End-to-end latency of the training zoo's cases that this device has no measurement of."""
+    from profilers.modelbench import time_forward
+
+    have = {(m.model, m.settings_key) for m in db.model_measurements(device_id)}
+    stop_at = deadline.used() + share_s
+    done = 0
+    for case in _zoo_cases(settings):
+        for dtype in settings.dtypes:
+            key = model_settings(case, dtype, threads, settings.device)
+            if (case.spec, settings_key(key)) in have:
+                continue
+            if deadline.used() > stop_at or deadline.left() <= 0:
+                return done
+            if progress:
+                progress(f"end-to-end {case.label}", deadline.fraction())
+            samples = time_forward(case.spec, list(case.inputs), dtype=dtype, device=settings.device,
+                                   max_time_s=min(5.0, max(1.0, deadline.left() / 4)))
+            db.add_model_measurement(device_id, case.spec, case.family, key, samples,
+                                     run_id=run_id)
+            done += 1
+    return done
+
+
+def model_settings(case: zoo.ModelCase, dtype: str, threads: int, device: str) -> dict:
+    return {"inputs": list(case.inputs), "batch": case.batch, "dtype": dtype, "threads": threads,
+            "device": _device_type(device), "grad_mode": "inference", "kind": "e2e"}
+
+
+def adaptive_round(db: KernelDB, device_id: str, settings: ProfileSettings, round_no: int) -> int:
+    """Plan more configs for the families a quick model predicts worst on held-out configs."""
+    errors = family_errors(db, device_id)
+    if not errors:
+        return 0
+    worst = sorted(errors, key=errors.get, reverse=True)
+    from profilers.ops import family_of
+
+    device_type = _device_type(settings.device)
+    new_samples = []
+    measured = db.measured(device_id)
+    from profilers.oprecord import OpRecord
+
+    for rank, family in enumerate(worst[:3]):
+        n = 40 // (rank + 1)
+        if family in sampling.GENERATORS:
+            for dtype in settings.dtypes:
+                new_samples += [sampling.Sample(r, "adaptive", 3) for r in sampling.random_records(
+                    family, n, seed=1000 + round_no, device_type=device_type, dtype=dtype)]
+        base = [OpRecord.from_json(m.record) for m in measured if m.family == family]
+        new_samples += [sampling.Sample(r, "adaptive", 3)
+                        for r in sampling.perturbations(base, n, seed=2000 + round_no)]
+    unique = sampling.dedupe(new_samples)
+    return db.add_configs(device_id, [
+        (s.record.key, s.record.op, family_of(s.record.op), s.record.dtype, s.source,
+         s.record.to_json(), s.priority) for s in unique])
+
+
+def family_errors(db: KernelDB, device_id: str) -> dict[str, float]:
+    """Held-out MAPE per family of a quick LightGBM on log latency (3-fold), where >= 30 configs."""
+    import lightgbm as lgb
+
+    from profilers.oprecord import OpRecord
+    from profilers.ops import feature_names, features
+
+    peaks = db.get_device(device_id).peaks
+    by_family: dict[str, list] = {}
+    for m in db.measured(device_id):
+        by_family.setdefault(m.family, []).append(m)
+    errors = {}
+    for family, rows in by_family.items():
+        if len(rows) < 30 or family in ("free", "unknown"):
+            continue
+        names = feature_names(family)
+        x = np.array([[features(OpRecord.from_json(r.record), peaks).get(n, np.nan) for n in names]
+                      for r in rows], dtype=float)
+        y = np.log(np.array([r.median_s for r in rows]))
+        idx = np.arange(len(rows))
+        random.Random(0).shuffle(idx)
+        folds = np.array_split(idx, 3)
+        ape = []
+        for k in range(3):
+            test = folds[k]
+            train = np.concatenate([folds[j] for j in range(3) if j != k])
+            model = lgb.LGBMRegressor(n_estimators=100, learning_rate=0.1, num_leaves=15,
+                                      min_child_samples=3, verbose=-1)
+            model.fit(x[train], y[train])
+            pred = model.predict(x[test])
+            ape.extend(np.abs(np.exp(pred - y[test]) - 1))
+        errors[family] = float(np.mean(ape))
+    return errors
+
+
+def profile_device(db: KernelDB, settings: ProfileSettings,
+                   progress: ProgressFn | None = None) -> ProfileReport:
+    """The whole `hwlat profile` job within `settings.budget_s`."""
+    from profilers.fingerprint import fingerprint, measure_peaks
+    from profilers.timer import CacheFlusher, thread_count
+
+    deadline = _Deadline(settings.budget_s)
+    fp = fingerprint(settings.device, settings.threads)
+    device_id = fp.device_id
+    db.upsert_device(fp.to_json(), device_id=device_id, kind=fp.kind, threads=fp.threads,
+                     name=settings.name)
+    report = ProfileReport(device_id=device_id, run_id="")
+    with thread_count(fp.threads):
+        if db.get_device(device_id).peaks is None:
+            if progress:
+                progress("measuring device peaks", deadline.fraction())
+            db.set_peaks(device_id, measure_peaks(settings.device, fp.threads,
+                                                  dtypes=settings.dtypes, budget_s=5.0))
+        run_id = db.start_run(device_id, budget_s=settings.budget_s,
+                              settings={"dtypes": list(settings.dtypes), "seed": settings.seed,
+                                        "models": list(settings.models or [])})
+        report.run_id = run_id
+        status = "interrupted"
+        try:
+            t = time.monotonic()
+            report.planned, report.zoo_configs = plan(db, device_id, settings, progress)
+            report.phases["plan_s"] = time.monotonic() - t
+            flusher = CacheFlusher(max(fp.l2_bytes * fp.threads, 1 << 20), _device_type(settings.device))
+            t = time.monotonic()
+            report.measured_now += measure_configs(db, device_id, run_id, settings, deadline, flusher,
+                                                   fp.threads, max_priority=0, progress=progress)
+            report.phases["zoo_s"] = time.monotonic() - t
+            if settings.e2e:
+                t = time.monotonic()
+                report.models_measured_now = measure_models(
+                    db, device_id, run_id, settings, deadline, fp.threads,
+                    share_s=max(10.0, 0.25 * deadline.left()), progress=progress)
+                report.phases["models_s"] = time.monotonic() - t
+            t = time.monotonic()
+            report.measured_now += measure_configs(db, device_id, run_id, settings, deadline,
+                                                   flusher, fp.threads, progress=progress)
+            round_no = 0
+            while deadline.left() > 5 and round_no < 20:
+                round_no += 1
+                if adaptive_round(db, device_id, settings, round_no) == 0:
+                    break
+                report.measured_now += measure_configs(db, device_id, run_id, settings, deadline,
+                                                       flusher, fp.threads, progress=progress)
+            report.phases["sampling_s"] = time.monotonic() - t
+            status = "done"
+        finally:
+            db.release_claims(run_id)
+            db.finish_run(run_id, status)
+    report.status = status
+    report.elapsed_s = deadline.used()
+    zoo_keys = db.zoo_coverage(device_id)
+    report.zoo_measured = zoo_keys[0]
+    report.zoo_configs = zoo_keys[1]
+    noises = [m.iqr_s / m.median_s for m in db.measured(device_id) if m.median_s > 0]
+    report.noise_median = float(np.median(noises)) if noises else None
+    _ = os.getpid()
+    return report

@@ -1,0 +1,295 @@
+"""End-to-end prediction: a model's op list -> per-op estimates -> corrected total with interval.
+
+Per op, in order of trust: an exact config measured on the device (its median), the family's
+LightGBM model, else a roofline estimate scaled by the device's median measured/roofline ratio.
+Free ops (views, metadata) cost 0 by an explicit registry entry and are counted. Every op that
+falls back is listed with its share of the total - never silently 0 (STYLE.md #4); `strict`
+turns it into an error. Estimates are cached per config key, and `predict_many` batches the
+LightGBM calls of all candidates, so a search loop pays mostly for capture.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from kernels_db.store import DeviceRow, KernelDB
+from predictor import model_store
+from predictor.correction import Correction, ModelRow, fit_correction
+from predictor.features import feature_matrix, roofline_s
+from profilers import ops
+from profilers.capture import CapturedModel, capture_spec
+from profilers.errors import HwlatError, UnmodelledOpError
+from profilers.oprecord import OpRecord
+
+SOURCES = ("measured", "model", "free", "fallback")
+CORRECTION_CACHE = "e2e_fit"
+ProgressFn = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class OpEstimate:
+    p50_s: float
+    lo_s: float
+    hi_s: float
+    source: str  # one of SOURCES
+    family: str
+    reason: str = ""  # why a fallback was needed
+
+
+@dataclass
+class Prediction:
+    """A model's predicted latency on one device. Times in ms; `per_family` sums to p50."""
+
+    spec: str
+    device: str
+    latency_ms: dict[str, float]
+    interval_ms: list[float]
+    n_ops: int
+    n_timed_ops: int
+    flops: float
+    per_family: dict[str, float]
+    top_ops: list[dict]
+    unmodelled: list[dict]
+    measured_share: float
+    correction: dict
+    sum_ops_ms: float
+    roofline_ms: float
+    inputs: list[str] = field(default_factory=list)
+    capture_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def p50_ms(self) -> float:
+        return self.latency_ms["p50"]
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _shapes(record: OpRecord) -> str:
+    return ", ".join("x".join(map(str, t.shape)) or "scalar" for t in record.inputs)
+
+
+class Predictor:
+    """Predicts models on one device from its trained family models and measured configs."""
+
+    def __init__(self, device: DeviceRow, models: model_store.DeviceModels,
+                 measured_s: dict[str, float], correction: Correction | None = None) -> None:
+        self.device = device
+        self.models = models
+        self.measured_s = measured_s
+        self.correction = correction or Correction()
+        self._cache: dict[str, OpEstimate] = {}
+
+    @classmethod
+    def for_device(cls, db: KernelDB, device: str, *, cache_dir: str | None = None,
+                   target: str = "auto", retrain: bool = False,
+                   progress: ProgressFn | None = None) -> Predictor:
+        """The predictor of a profiled device; trains or reloads its models as needed."""
+        row = db.get_device(device)
+        models = model_store.load_or_train(db, row.id, directory=cache_dir, target=target,
+                                           force=retrain, progress=progress)
+        measured = {m.key: m.median_s for m in db.measured(row.id) if m.median_s > 0}
+        predictor = cls(row, models, measured)
+        predictor.correction = predictor._load_or_fit_correction(db, progress)
+        return predictor
+
+    # -------------------------------------------------------------------------- correction
+
+    def model_rows(self, db: KernelDB, progress: ProgressFn | None = None) -> list[ModelRow]:
+        """The device's 'e2e' model measurements with the uncorrected prediction of each."""
+        from profilers.specs import parse_input_spec
+
+        rows = []
+        for m in db.model_measurements(self.device.id, kind="e2e"):
+            inputs = [parse_input_spec(s) for s in m.settings.get("inputs", [])] or None
+            if progress:
+                progress(f"capturing {m.model} for the end-to-end fit")
+            try:
+                captured = capture_spec(m.model, inputs=inputs,
+                                        device_type=m.settings.get("device", self.device.kind),
+                                        dtype=m.settings.get("dtype", "float32"))
+            except HwlatError:
+                continue  # a model that no longer loads here cannot inform the fit
+            p = self._assemble(captured.ops, spec=m.model, correction=Correction())
+            rows.append(ModelRow(m.model, m.family, tuple(m.settings.get("inputs", [])),
+                                 m.median_s, p.sum_ops_ms / 1e3, p.n_timed_ops, p.flops,
+                                 p.roofline_ms / 1e3, p.measured_share))
+        return rows
+
+    def _load_or_fit_correction(self, db: KernelDB, progress: ProgressFn | None) -> Correction:
+        cached = self.models.read_extra(CORRECTION_CACHE)
+        if cached is not None:
+            return Correction.from_json(cached["correction"])
+        rows = self.model_rows(db, progress)
+        correction = fit_correction(rows)
+        self.models.write_extra(CORRECTION_CACHE, {
+            "correction": correction.to_json(), "rows": [r.to_json() for r in rows]})
+        return correction
+
+    def cached_model_rows(self) -> list[ModelRow]:
+        """The rows the correction was fitted on (for baselines), from the cache."""
+        cached = self.models.read_extra(CORRECTION_CACHE) or {}
+        return [ModelRow.from_json(r) for r in cached.get("rows", [])]
+
+    # ---------------------------------------------------------------------- per-op estimates
+
+    def _fallback(self, record: OpRecord, family: str, reason: str) -> OpEstimate:
+        r = self.models.roofline_ratios
+        base = roofline_s(record, self.models.peaks)
+        return OpEstimate(base * r["q50"], base * r["q10"], base * r["q90"], "fallback", family,
+                          reason)
+
+    def _classify(self, record: OpRecord) -> OpEstimate | str:
+        """A final estimate, or the family whose model must predict it."""
+        info = ops.lookup(record.op)
+        if info is None:
+            return self._fallback(record, ops.UNKNOWN, "unregistered op")
+        if ops.is_free(record, info):
+            return OpEstimate(0.0, 0.0, 0.0, "free", "free")
+        if record.key in self.measured_s:
+            t = self.measured_s[record.key]
+            return OpEstimate(t, t, t, "measured", info.family)
+        if info.family in self.models.models:
+            return info.family
+        why = ("not replayable and no model" if not info.replayable
+               else f"no {info.family} model (under {model_store.MIN_ROWS} measured configs)")
+        return self._fallback(record, info.family, why)
+
+    def estimate_ops(self, records: Iterable[OpRecord]) -> None:
+        """Fill the per-key cache for `records`, one LightGBM call per family."""
+        pending: dict[str, dict[str, OpRecord]] = defaultdict(dict)
+        queued: set[str] = set()
+        for record in records:
+            if record.key in self._cache or record.key in queued:
+                continue
+            queued.add(record.key)
+            result = self._classify(record)
+            if isinstance(result, OpEstimate):
+                self._cache[record.key] = result
+            else:
+                pending[result][record.key] = record
+        for family, by_key in pending.items():
+            model = self.models.models[family]
+            x = feature_matrix(list(by_key.values()), family, self.models.peaks)
+            for key, p50, lo, hi in zip(by_key, *model.predict_matrix(x), strict=True):
+                self._cache[key] = OpEstimate(float(p50), float(lo), float(hi), "model", family)
+
+    # ---------------------------------------------------------------------------- assembling
+
+    def _assemble(self, records: Sequence[OpRecord], *, spec: str,
+                  correction: Correction, strict: bool = False) -> Prediction:
+        self.estimate_ops(records)
+        est = [self._cache[r.key] for r in records]
+        if strict:
+            _raise_if_unmodelled(records, est)
+        timed = [(r, e) for r, e in zip(records, est, strict=True) if e.source != "free"]
+        sum_s = sum(e.p50_s for _, e in timed)
+        total_s = correction.apply(sum_s, len(timed))
+        lo_s, hi_s = self._interval(total_s, sum_s, [e for _, e in timed], correction)
+        per_family: dict[str, float] = defaultdict(float)
+        for _, e in timed:
+            per_family[e.family] += correction.a * e.p50_s * 1e3
+        if correction.overhead_s:
+            per_family["op_overhead"] = correction.overhead_s * len(timed) * 1e3
+        measured = sum(e.p50_s for _, e in timed if e.source == "measured")
+        return Prediction(
+            spec=spec, device=self.device.id, latency_ms={"p50": total_s * 1e3},
+            interval_ms=[lo_s * 1e3, hi_s * 1e3], n_ops=len(records), n_timed_ops=len(timed),
+            flops=float(sum(_flops(r) for r, _ in timed)),
+            per_family=dict(sorted(per_family.items(), key=lambda kv: -kv[1])),
+            top_ops=_top_ops(timed, correction.a), unmodelled=_unmodelled(timed, correction.a,
+                                                                           total_s),
+            measured_share=measured / sum_s if sum_s > 0 else 0.0,
+            correction={"a": correction.a, "overhead_us": correction.overhead_s * 1e6,
+                        "n_models": correction.n_models, "note": correction.note},
+            sum_ops_ms=sum_s * 1e3,
+            roofline_ms=sum(roofline_s(r, self.models.peaks) for r, _ in timed) * 1e3)
+
+    @staticmethod
+    def _interval(total_s: float, sum_s: float, est: list[OpEstimate],
+                  correction: Correction) -> tuple[float, float]:
+        """Combine the per-op model spread with the calibrated end-to-end residual band.
+
+        Summing per-op quantiles assumes fully correlated op errors (they share a model, so
+        mostly are); the end-to-end band is independent of that, hence added in quadrature.
+        """
+        if total_s <= 0:
+            return 0.0, 0.0
+        lo_ops, hi_ops = sum(e.lo_s for e in est), sum(e.hi_s for e in est)
+        u_lo = math.log(sum_s / lo_ops) if lo_ops > 0 else 0.0
+        u_hi = math.log(hi_ops / sum_s) if sum_s > 0 else 0.0
+        down = math.hypot(u_lo, correction.resid_lo)
+        up = math.hypot(u_hi, correction.resid_hi)
+        return total_s * math.exp(-down), total_s * math.exp(up)
+
+    # ------------------------------------------------------------------------------ public
+
+    def predict_ops(self, records: Sequence[OpRecord], *, spec: str = "",
+                    strict: bool = False) -> Prediction:
+        return self._assemble(records, spec=spec, correction=self.correction, strict=strict)
+
+    def predict_spec(self, spec: str, *, inputs: list | None = None, batch: int | None = None,
+                     dtype: str = "float32", strict: bool = False,
+                     channels_last: bool = False) -> Prediction:
+        captured = capture_spec(spec, inputs=inputs, batch=batch, device_type=self.device.kind,
+                                dtype=dtype, channels_last=channels_last)
+        return self.predict_captured(captured, strict=strict)
+
+    def predict_captured(self, captured: CapturedModel, *, strict: bool = False) -> Prediction:
+        p = self.predict_ops(captured.ops, spec=captured.spec, strict=strict)
+        p.inputs = [str(i) for i in captured.inputs]
+        p.capture_s = captured.capture_s
+        return p
+
+    def predict_many(self, items: Sequence[str | CapturedModel], *, strict: bool = False,
+                     batch: int | None = None, dtype: str = "float32") -> list[Prediction]:
+        """Predict many candidates: capture each, then one batched model call for all ops."""
+        captured = [c if isinstance(c, CapturedModel) else
+                    capture_spec(c, batch=batch, device_type=self.device.kind, dtype=dtype)
+                    for c in items]
+        self.estimate_ops(r for c in captured for r in c.ops)
+        return [self.predict_captured(c, strict=strict) for c in captured]
+
+
+# ------------------------------------------------------------------------------- helpers
+
+
+def _flops(record: OpRecord) -> float:
+    """FLOPs by the registry; an unregistered op counts its stated fallback FLOPs."""
+    return ops.flops_of(record)
+
+
+def _top_ops(timed: list[tuple[OpRecord, OpEstimate]], a: float, n: int = 10) -> list[dict]:
+    ranked = sorted(timed, key=lambda re: -re[1].p50_s)[:n]
+    return [{"op": r.op, "module": r.module, "shapes": _shapes(r), "family": e.family,
+             "ms": a * e.p50_s * 1e3, "source": e.source} for r, e in ranked]
+
+
+def _unmodelled(timed: list[tuple[OpRecord, OpEstimate]], a: float, total_s: float) -> list[dict]:
+    groups: dict[str, dict] = {}
+    for r, e in timed:
+        if e.source != "fallback":
+            continue
+        g = groups.setdefault(r.op, {"op": r.op, "family": e.family, "count": 0,
+                                     "estimated_ms": 0.0, "reason": e.reason})
+        g["count"] += 1
+        g["estimated_ms"] += a * e.p50_s * 1e3
+    for g in groups.values():
+        g["share"] = g["estimated_ms"] / (total_s * 1e3) if total_s > 0 else 0.0
+        g["estimate"] = "roofline x device median measured/roofline ratio"
+    return sorted(groups.values(), key=lambda g: -g["estimated_ms"])
+
+
+def _raise_if_unmodelled(records: Sequence[OpRecord], est: list[OpEstimate]) -> None:
+    missing = sorted({f"{r.op} ({e.reason})" for r, e in zip(records, est, strict=True)
+                      if e.source == "fallback"})
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise UnmodelledOpError(
+            f"{len(missing)} op kind(s) have no measurement or model: {shown}; profile them "
+            "(`hwlat profile`) or drop --strict to use the stated roofline fallback")
+

@@ -1,0 +1,227 @@
+"""Model-level validation: measure models for real on this machine, predict them, compare.
+
+Each case is timed (median of >= 30 runs after warm-up, at the device's thread count) and
+predicted; the same cases are predicted by a FLOPs-linear and a roofline baseline fitted on the
+same database, so the report says how much hwlat adds over the obvious proxies. Real
+measurements are NOT written to the database: the schema only allows model measurements of
+kind e2e/bench/load, and storing them as e2e would leak evaluation data into the correction fit.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from kernels_db.store import KernelDB
+from predictor.baselines import FlopsLinear, RooflineScaled
+from predictor.e2e import Predictor
+from profilers.capture import capture_spec
+from profilers.errors import NotFittedError
+from profilers.specs import parse_input_spec
+
+MeasureFn = Callable[[str, Sequence[str], int, int, int | None, str], list[float]]
+ProgressFn = Callable[[str], None]
+WITHIN = (5, 10, 20)
+
+
+@dataclass(frozen=True)
+class EvalCase:
+    spec: str
+    inputs: tuple[str, ...] = ()  # input spec strings; empty: the model's defaults
+    family: str = ""
+
+
+def zoo_cases(*, holdout_families: bool = False, batches: Sequence[int] = (1,)) -> list[EvalCase]:
+    """The held-out list of data/zoo.json (only unseen families with `holdout_families`)."""
+    from profilers import zoo
+
+    cases = []
+    for entry in zoo.heldout_entries(only_unseen_families=holdout_families):
+        for c in zoo.expand(entry, batches=list(batches)):
+            cases.append(EvalCase(c.spec, c.inputs, c.family))
+    return cases
+
+
+def time_model(spec: str, inputs: Sequence[str], runs: int = 30, warmup: int = 5,
+               threads: int | None = None, device: str = "cpu") -> list[float]:
+    """Seconds per forward pass (inference mode) of `runs` timed calls after `warmup` calls."""
+    import torch
+
+    from profilers.specs import load_model
+
+    loaded = load_model(spec, inputs=[parse_input_spec(s) for s in inputs] or None, meta=False)
+    model = loaded.model.to(device).eval()
+    args = loaded.make_inputs(device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    previous = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        with torch.inference_mode():
+            for _ in range(warmup):
+                model(*args)
+            sync()
+            samples = []
+            for _ in range(runs):
+                start = time.perf_counter()
+                model(*args)
+                sync()
+                samples.append(time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(previous)
+    return samples
+
+
+# ---------------------------------------------------------------------------------- metrics
+
+
+def _ranks(v: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share the mean of their positions)."""
+    order = np.argsort(v, kind="mergesort")
+    ranks = np.empty(len(v))
+    ranks[order] = np.arange(len(v), dtype=float)
+    for value in np.unique(v):
+        ties = v == value
+        ranks[ties] = ranks[ties].mean()
+    return ranks
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman rank correlation; nan for fewer than two points or a constant side."""
+    rx, ry = _ranks(np.asarray(x, float)), _ranks(np.asarray(y, float))
+    if len(rx) < 2 or rx.std() == 0 or ry.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def metrics(measured: Sequence[float], predicted: Sequence[float]) -> dict[str, float]:
+    """MAPE and median APE in %, share of models within +-5/10/20% (0..1), Spearman."""
+    m, p = np.asarray(measured, float), np.asarray(predicted, float)
+    ape = np.abs(p / m - 1) * 100
+    out = {"n": int(len(m)), "mape_pct": float(ape.mean()) if len(m) else float("nan"),
+           "median_ape_pct": float(np.median(ape)) if len(m) else float("nan")}
+    for w in WITHIN:
+        # the epsilon keeps 11 vs 10 (10.000000000000009%) "within 10%", as a reader expects
+        out[f"within_{w}pct"] = float(np.mean(ape <= w + 1e-9)) if len(m) else float("nan")
+    out["spearman"] = spearman(m, p)
+    return out
+
+
+# ----------------------------------------------------------------------------------- report
+
+
+@dataclass
+class EvalRow:
+    spec: str
+    family: str
+    inputs: list[str]
+    batch: int | None
+    measured_ms: float
+    predicted_ms: float
+    interval_ms: list[float]
+    error_pct: float  # signed: (predicted / measured - 1) * 100
+    flops: float
+    flops_pred_ms: float | None
+    roofline_pred_ms: float | None
+    measured_share: float
+    unmodelled_share: float
+
+
+@dataclass
+class EvalReport:
+    device: str
+    rows: list[EvalRow]
+    summary: dict[str, dict]  # "hwlat" / "flops" / "roofline" -> metrics
+    interval_coverage: float  # share of models whose measurement lies in the interval
+    runs: int
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"device": self.device, "runs": self.runs, "summary": self.summary,
+                "interval_coverage": self.interval_coverage, "notes": self.notes,
+                "models": [asdict(r) for r in self.rows]}
+
+    def plot(self, path: str) -> None:
+        """Predicted vs measured on log axes with the +-10% band, hwlat vs the baselines."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 6))
+        meas = [r.measured_ms for r in self.rows]
+        series = [("hwlat", [r.predicted_ms for r in self.rows], "o"),
+                  ("FLOPs-linear", [r.flops_pred_ms for r in self.rows], "x"),
+                  ("roofline", [r.roofline_pred_ms for r in self.rows], "^")]
+        for label, pred, marker in series:
+            pts = [(m, p) for m, p in zip(meas, pred, strict=True) if p]
+            if pts:
+                ax.scatter(*zip(*pts, strict=True), marker=marker, label=label, alpha=0.8)
+        values = [v for _, pred, _ in series for v in pred if v] + meas
+        lo, hi = min(values) / 1.5, max(values) * 1.5
+        line = np.geomspace(lo, hi, 50)
+        ax.plot(line, line, "k-", lw=0.8)
+        ax.fill_between(line, line * 0.9, line * 1.1, color="grey", alpha=0.25, label="+-10%")
+        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
+               xlabel="measured latency (ms)", ylabel="predicted latency (ms)",
+               title=f"hwlat evaluate on {self.device}")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)
+
+
+def _baselines(predictor: Predictor) -> tuple[FlopsLinear | None, RooflineScaled | None, str]:
+    rows = predictor.cached_model_rows()
+    try:
+        return (FlopsLinear().fit(rows), RooflineScaled(predictor.models.peaks).fit(rows), "")
+    except NotFittedError as e:
+        return None, None, f"baselines not available: {e}"
+
+
+def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int = 30,
+             warmup: int = 5, predictor: Predictor | None = None,
+             measure_fn: MeasureFn | None = None,
+             progress: ProgressFn | None = None) -> EvalReport:
+    """Measure and predict every case; summary metrics for hwlat and both baselines."""
+    predictor = predictor or Predictor.for_device(db, device, progress=progress)
+    dev = predictor.device
+    measure_fn = measure_fn or time_model
+    flops_base, roof_base, note = _baselines(predictor)
+    rows = []
+    for case in cases:
+        if progress:
+            progress(f"measuring {case.spec} {','.join(case.inputs)}")
+        captured = capture_spec(case.spec, inputs=[parse_input_spec(s) for s in case.inputs]
+                                or None, device_type=dev.kind)
+        pred = predictor.predict_captured(captured)
+        inputs = pred.inputs
+        samples = measure_fn(case.spec, inputs, runs, warmup, dev.threads, dev.kind)
+        measured_ms = statistics.median(samples) * 1e3
+        rows.append(EvalRow(
+            spec=case.spec, family=case.family or captured.family, inputs=inputs,
+            batch=captured.inputs[0].shape[0] if captured.inputs and captured.inputs[0].shape
+            else None,
+            measured_ms=measured_ms, predicted_ms=pred.p50_ms, interval_ms=pred.interval_ms,
+            error_pct=(pred.p50_ms / measured_ms - 1) * 100, flops=pred.flops,
+            flops_pred_ms=flops_base.predict_flops(pred.flops) * 1e3 if flops_base else None,
+            roofline_pred_ms=(roof_base.predict_roofline(pred.roofline_ms / 1e3) * 1e3
+                              if roof_base else None),
+            measured_share=pred.measured_share,
+            unmodelled_share=sum(u["share"] for u in pred.unmodelled)))
+    return _report(dev.id, rows, runs, [note] if note else [])
+
+
+def _report(device: str, rows: list[EvalRow], runs: int, notes: list[str]) -> EvalReport:
+    measured = [r.measured_ms for r in rows]
+    summary = {"hwlat": metrics(measured, [r.predicted_ms for r in rows])}
+    if rows and rows[0].flops_pred_ms is not None:
+        summary["flops"] = metrics(measured, [r.flops_pred_ms for r in rows])
+        summary["roofline"] = metrics(measured, [r.roofline_pred_ms for r in rows])
+    covered = [r.interval_ms[0] <= r.measured_ms <= r.interval_ms[1] for r in rows]
+    return EvalReport(device, rows, summary, float(np.mean(covered)) if rows else float("nan"),
+                      runs, notes)

@@ -1,0 +1,173 @@
+"""One op family's latency model: LightGBM on the registry's features, with quantile models.
+
+Follows the scikit-learn estimator contract: `__init__` only stores parameters, `fit` returns
+self, learned state ends in `_`, `predict` before `fit` raises NotFittedError. The target is
+either log latency or the log residual over the roofline estimate (`roofline_residual`), which
+DESIGN.md found to generalise better to real models' configs; `cross_validate` measures it.
+Saved in LightGBM's own text format plus a JSON sidecar, never a pickle.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import lightgbm as lgb
+import numpy as np
+
+from predictor.features import feature_matrix, feature_names
+from profilers.errors import HwlatError, NotFittedError
+from profilers.oprecord import OpRecord
+
+TARGETS = ("log", "roofline_residual")
+_RF_COLUMN = "rf_log_roofline_s"
+
+
+class FamilyModel:
+    def __init__(self, family: str, *, target: str = "roofline_residual",
+                 quantiles: tuple[float, float] = (0.1, 0.9), n_estimators: int = 300,
+                 learning_rate: float = 0.05, num_leaves: int = 31, min_child_samples: int = 3,
+                 seed: int = 0) -> None:
+        self.family = family
+        self.target = target
+        self.quantiles = quantiles
+        self.n_estimators = n_estimators
+        self.learning_rate = learning_rate
+        self.num_leaves = num_leaves
+        self.min_child_samples = min_child_samples
+        self.seed = seed
+
+    # ------------------------------------------------------------------------------- fitting
+
+    def _params(self, objective: str, alpha: float | None = None) -> dict:
+        params = {"objective": objective, "learning_rate": self.learning_rate,
+                  "num_leaves": self.num_leaves, "min_data_in_leaf": self.min_child_samples,
+                  "min_data_in_bin": 1, "seed": self.seed, "deterministic": True,
+                  "num_threads": 1, "verbosity": -1}
+        if alpha is not None:
+            params["alpha"] = alpha
+        return params
+
+    def _base(self, x: np.ndarray) -> np.ndarray:
+        """What the booster's output is added to, in log seconds."""
+        if self.target == "log":
+            return np.zeros(len(x))
+        return x[:, self.feature_names_.index(_RF_COLUMN)]
+
+    def fit(self, records: Sequence[OpRecord], latencies_s: Sequence[float],
+            peaks: dict | None) -> FamilyModel:
+        if self.target not in TARGETS:
+            raise ValueError(f"target must be one of {TARGETS}, got {self.target!r}")
+        self.feature_names_ = feature_names(self.family)
+        x = feature_matrix(records, self.family, peaks)
+        return self.fit_matrix(x, np.asarray(latencies_s, dtype=np.float64), peaks)
+
+    def fit_matrix(self, x: np.ndarray, latencies_s: np.ndarray, peaks: dict | None) -> FamilyModel:
+        """`fit` on a precomputed `feature_matrix` (cross-validation reuses one matrix)."""
+        if len(x) == 0 or np.any(~np.isfinite(latencies_s)) or np.any(latencies_s <= 0):
+            raise HwlatError(f"{self.family}: training needs positive latencies, got "
+                             f"{len(x)} rows")
+        self.feature_names_ = feature_names(self.family)
+        self.peaks_ = peaks
+        y = np.log(latencies_s) - self._base(x)
+        data = lgb.Dataset(x, y, feature_name=self.feature_names_, free_raw_data=False,
+                           params={"verbosity": -1, "min_data_in_bin": 1})
+        self.booster_ = lgb.train(self._params("regression"), data, self.n_estimators)
+        self.quantile_boosters_ = [
+            lgb.train(self._params("quantile", q), data, self.n_estimators)
+            for q in self.quantiles]
+        self.n_train_ = len(x)
+        return self
+
+    # ---------------------------------------------------------------------------- prediction
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "booster_"):
+            raise NotFittedError(f"FamilyModel({self.family!r}) is not fitted; call fit() or "
+                                 "load() first")
+
+    def predict(self, records: Sequence[OpRecord]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(p50, lo, hi) in seconds, one entry per record."""
+        self._check_fitted()
+        return self.predict_matrix(feature_matrix(records, self.family, self.peaks_))
+
+    def predict_matrix(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        self._check_fitted()
+        if len(x) == 0:
+            empty = np.empty(0)
+            return empty, empty, empty
+        base = self._base(x)
+        p50 = np.exp(base + self.booster_.predict(x))
+        bounds = [np.exp(base + b.predict(x)) for b in self.quantile_boosters_]
+        lo = np.minimum(bounds[0], p50) if bounds else p50
+        hi = np.maximum(bounds[-1], p50) if bounds else p50
+        return p50, lo, hi
+
+    # ------------------------------------------------------------------------------- storage
+
+    def _files(self, directory: Path) -> list[Path]:
+        names = ["p50", *(f"q{round(q * 100):02d}" for q in self.quantiles)]
+        return [directory / f"{self.family}.{n}.txt" for n in names]
+
+    def save(self, directory: str | Path) -> Path:
+        """Boosters as LightGBM text files plus `<family>.json`; returns the sidecar path."""
+        self._check_fitted()
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        files = self._files(directory)
+        for booster, path in zip([self.booster_, *self.quantile_boosters_], files, strict=True):
+            booster.save_model(str(path))
+        sidecar = directory / f"{self.family}.json"
+        sidecar.write_text(json.dumps({
+            "family": self.family, "target": self.target, "quantiles": list(self.quantiles),
+            "params": {"n_estimators": self.n_estimators, "learning_rate": self.learning_rate,
+                       "num_leaves": self.num_leaves,
+                       "min_child_samples": self.min_child_samples, "seed": self.seed},
+            "feature_names": self.feature_names_, "peaks": self.peaks_,
+            "n_train": self.n_train_, "files": [p.name for p in files],
+        }, indent=1, sort_keys=True))
+        return sidecar
+
+    @classmethod
+    def load(cls, directory: str | Path, family: str) -> FamilyModel:
+        directory = Path(directory)
+        meta = json.loads((directory / f"{family}.json").read_text())
+        model = cls(family, target=meta["target"], quantiles=tuple(meta["quantiles"]),
+                    **meta["params"])
+        boosters = [lgb.Booster(model_file=str(directory / name)) for name in meta["files"]]
+        model.booster_, model.quantile_boosters_ = boosters[0], boosters[1:]
+        model.feature_names_, model.peaks_ = meta["feature_names"], meta["peaks"]
+        model.n_train_ = meta["n_train"]
+        return model
+
+
+# ------------------------------------------------------------------------ model selection
+
+
+def cv_folds(n: int, groups: Sequence[str] | None, k: int = 3, seed: int = 0) -> list[np.ndarray]:
+    """Test-index folds: whole groups when there are at least `k` of them, else random rows."""
+    rng = np.random.default_rng(seed)
+    if groups is not None and len(set(groups)) >= k:
+        names = sorted(set(groups))
+        rng.shuffle(names)
+        fold_of = {g: i % k for i, g in enumerate(names)}
+        labels = np.array([fold_of[g] for g in groups])
+    else:
+        labels = rng.permutation(n) % k
+    return [np.flatnonzero(labels == i) for i in range(k)]
+
+
+def cross_validate(family: str, x: np.ndarray, latencies_s: np.ndarray, peaks: dict | None,
+                   groups: Sequence[str] | None, *, target: str, k: int = 3,
+                   **params: object) -> float:
+    """Held-out MAPE (fraction) of the median model, over grouped folds."""
+    errors = []
+    for test in cv_folds(len(x), groups, k):
+        train = np.setdiff1d(np.arange(len(x)), test)
+        if len(train) == 0 or len(test) == 0:
+            continue
+        model = FamilyModel(family, target=target, quantiles=(), **params)
+        p50, _, _ = model.fit_matrix(x[train], latencies_s[train], peaks).predict_matrix(x[test])
+        errors.append(np.abs(p50 / latencies_s[test] - 1))
+    return float(np.mean(np.concatenate(errors))) if errors else float("nan")

@@ -1,0 +1,80 @@
+"""Feature rows for the learned models: the op registry's features plus a roofline estimate.
+
+Training and prediction both call `feature_matrix`, so a model can never see a feature computed
+differently from the ones it was fitted on (nn-Meter's builder and predictor drifted apart).
+The registry (`profilers.ops`) owns the per-family features; this module only adds what needs the
+device: the roofline estimate from the device's measured peaks, and log transforms of it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from profilers import ops
+from profilers.oprecord import OpRecord
+
+# Used only when a device row has no measured peaks; the fallback scale fitted on the device's
+# measurements (see model_store) absorbs how wrong these are.
+NOMINAL_PEAKS = {"gflops": {"float32": 100.0}, "gbps": 20.0}
+_MIN_S = 1e-9  # floor so logs stay finite for ops that move no bytes and do no FLOPs
+
+DEVICE_FEATURES = ("rf_log_roofline_s", "rf_log_compute_s", "rf_log_memory_s",
+                   "rf_compute_bound")
+
+
+def peaks_or_nominal(peaks: dict | None) -> dict:
+    """The device's measured peaks (nominal ones when it has none), under both key spellings.
+
+    `measure_peaks` writes "gflops"; an earlier `profilers.ops` read "peak_gflops". Both are
+    accepted and filled, so peaks stored by either version work.
+    """
+    gflops = (peaks or {}).get("gflops") or (peaks or {}).get("peak_gflops")
+    gbps = (peaks or {}).get("gbps")
+    if not gflops or not gbps:
+        gflops, gbps = NOMINAL_PEAKS["gflops"], NOMINAL_PEAKS["gbps"]
+    if "float32" not in gflops:
+        gflops = {**gflops, "float32": max(gflops.values())}
+    return {"gflops": gflops, "peak_gflops": gflops, "gbps": float(gbps)}
+
+
+def roofline_parts(record: OpRecord, peaks: dict) -> tuple[float, float]:
+    """(compute seconds, memory seconds) of one op at the device's peaks (0 for free ops).
+
+    Unregistered ops get the registry's stated fallback counters (`ops.fallback_info`).
+    """
+    info = ops.lookup(record.op) or ops.fallback_info()
+    gflops = peaks["gflops"].get(record.dtype) or peaks["gflops"]["float32"]
+    compute_s = ops.flops_of(record, info) / (gflops * 1e9)
+    memory_s = ops.bytes_of(record, info) / (peaks["gbps"] * 1e9)
+    return compute_s, memory_s
+
+
+def roofline_s(record: OpRecord, peaks: dict | None) -> float:
+    """The roofline time of one op, never below 1 ns (so logs stay finite)."""
+    return max(max(roofline_parts(record, peaks_or_nominal(peaks))), _MIN_S)
+
+
+def feature_names(family: str) -> list[str]:
+    """Column order of a family's feature matrix: the registry's, then the device features."""
+    return [*ops.feature_names(family), *DEVICE_FEATURES]
+
+
+def feature_row(record: OpRecord, family: str, peaks: dict | None) -> list[float]:
+    peaks = peaks_or_nominal(peaks)
+    values = ops.features(record, peaks)
+    row = [float(values.get(name, math.nan)) for name in ops.feature_names(family)]
+    compute_s, memory_s = roofline_parts(record, peaks)
+    row += [math.log(max(compute_s, memory_s, _MIN_S)), math.log(max(compute_s, _MIN_S)),
+            math.log(max(memory_s, _MIN_S)), float(compute_s >= memory_s)]
+    return row
+
+
+def feature_matrix(records: Sequence[OpRecord], family: str, peaks: dict | None) -> np.ndarray:
+    """One row per record in `feature_names(family)` order; missing features are NaN."""
+    width = len(feature_names(family))
+    if not records:
+        return np.empty((0, width))
+    return np.array([feature_row(r, family, peaks) for r in records], dtype=np.float64)

@@ -1,0 +1,382 @@
+"""Op capture: the aten ops a model's forward dispatches, recorded without computing anything.
+
+The recipe (it matched real CPU traces op for op): swap every parameter and buffer for a
+FakeTensor on the *target* device type with the same shape and strides, feed fake inputs, and run
+the forward under FakeTensorMode in the deployment grad mode, with a recording TorchDispatchMode
+on top of the fake mode. Fake tensors claim a real device, so the eager fast paths (fused
+attention in nn.TransformerEncoderLayer / nn.MultiheadAttention, channels_last kernels) take the
+same branches they take for real; a meta-device model would skip them. The recorder sits above
+the fake mode, so it sees exactly the calls a real run dispatches, not the fake mode's own
+decompositions. The caller's model is restored afterwards: its parameters are swapped back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.nn.modules.module import (
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from profilers.errors import CaptureError
+from profilers.oprecord import OpRecord, TensorSpec, dtype_from_name
+from profilers.specs import InputSpec, LoadedModel, load_model
+
+GRAD_MODES: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
+    "inference": torch.inference_mode,  # what deployment uses: conv2d, linear, fused paths
+    "no_grad": torch.no_grad,  # composite ops decompose: convolution, t + addmm
+    "grad": torch.enable_grad,
+}
+
+CaptureInput = TensorSpec | torch.Tensor | InputSpec
+
+
+# ---------------------------------------------------------------- recording
+
+
+class _ModuleStack:
+    """The dotted path of the innermost module running, kept by global forward pre/post hooks.
+
+    Global, not per-module, hooks: nn.TransformerEncoderLayer refuses its fused fast path when a
+    module carries hooks of its own, so per-module hooks would change the ops being recorded.
+    The hooks only act for this model's modules on the capturing thread.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.paths = {id(m): name for name, m in model.named_modules()}
+        self.kinds = {name: type(m).__name__ for name, m in model.named_modules()}
+        self.stack: list[str] = []
+        self.failed_in: dict[int, tuple[BaseException, str]] = {}  # id(exc) -> (exc, module)
+        self._thread = threading.get_ident()
+        self._handles = [
+            register_module_forward_pre_hook(self._enter),
+            register_module_forward_hook(self._leave, always_call=True),
+        ]
+
+    @property
+    def current(self) -> str:
+        return self.stack[-1] if self.stack else ""
+
+    def _ours(self, module: nn.Module) -> bool:
+        return id(module) in self.paths and threading.get_ident() == self._thread
+
+    def _enter(self, module: nn.Module, args: Any) -> None:
+        if self._ours(module):
+            self.stack.append(self.paths[id(module)])
+
+    def _leave(self, module: nn.Module, args: Any, output: Any) -> None:
+        if not self._ours(module):
+            return
+        # always_call hooks run inside the module's `except` when forward raised: note where.
+        exc = sys.exc_info()[1]
+        if exc is not None:
+            self.failed_in.setdefault(id(exc), (exc, self.current))
+        if self.stack:
+            self.stack.pop()
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+class _OpRecorder(TorchDispatchMode):
+    """Records each aten call that reaches it as an OpRecord, tensors replaced by specs."""
+
+    def __init__(self, modules: _ModuleStack) -> None:
+        super().__init__()
+        self.modules = modules
+        self.records: list[OpRecord] = []
+        self.failed_op: dict[int, tuple[BaseException, str]] = {}  # id(exc) -> (exc, its op)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        try:
+            out = func(*args, **kwargs)
+        except Exception as e:
+            self.failed_op.setdefault(id(e), (e, str(func)))
+            raise
+        if func.namespace != "prim":  # prim.device & co are metadata queries of subclasses
+            self.records.append(OpRecord(
+                op=str(func),
+                args=tuple(_spec_value(a) for a in args),
+                kwargs={k: _spec_value(v) for k, v in kwargs.items()},
+                outputs=tuple(_output_specs(out)),
+                module=self.modules.current,
+            ))
+        return out
+
+
+def _spec_value(value: Any) -> Any:
+    """An argument as `encode`-compatible plain data: tensors become TensorSpecs."""
+    if isinstance(value, torch.Tensor):
+        return TensorSpec.of(value)
+    if isinstance(value, list | tuple):
+        return [_spec_value(v) for v in value]
+    if isinstance(value, torch.device):
+        return torch.device(value.type)  # the index is placement, not part of the config
+    if isinstance(value, bool | int | float | str | torch.dtype | torch.memory_format | torch.layout):
+        return value
+    if value is None:
+        return None
+    return repr(value)
+
+
+def _output_specs(out: Any) -> list[TensorSpec]:
+    """Output tensors as specs. A fused kernel returns an undefined tensor (None) for a secondary
+    output it skipped, where its fake kernel returns an empty one: empty secondary outputs go."""
+    specs = [TensorSpec.of(t) for t in _tensors(out)]
+    return specs[:1] + [s for s in specs[1:] if s.numel]
+
+
+def _tensors(out: Any) -> Iterator[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        yield out
+    elif isinstance(out, list | tuple):
+        for o in out:
+            yield from _tensors(o)
+
+
+@contextlib.contextmanager
+def _recording(model: nn.Module) -> Iterator[_OpRecorder]:
+    """Hooks for module paths plus a recorder; the failure point is turned into a CaptureError."""
+    modules = _ModuleStack(model)
+    recorder = _OpRecorder(modules)
+    try:
+        with _quiet_fake_tensor_log():
+            yield recorder
+    except CaptureError:
+        raise
+    except Exception as e:
+        raise _capture_error(e, modules, recorder) from e
+    finally:
+        modules.remove()
+
+
+@contextlib.contextmanager
+def _quiet_fake_tensor_log() -> Iterator[None]:
+    """FakeTensorMode logs a full traceback for a failing meta kernel; the CaptureError says it."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _capture_error(e: BaseException, modules: _ModuleStack, recorder: _OpRecorder) -> CaptureError:
+    path, op = None, None
+    cause: BaseException | None = e
+    while cause is not None and (path is None or op is None):
+        path = path if path is not None else modules.failed_in.get(id(cause), (None, None))[1]
+        op = op or recorder.failed_op.get(id(cause), (None, None))[1]
+        cause = cause.__cause__ or cause.__context__
+    where = f"module '{path}' ({modules.kinds[path]})" if path else "the top-level forward"
+    at = f" at {op}" if op else ""
+    text = str(e).strip().splitlines()
+    hint = ""
+    if "DataDependent" in type(e).__name__ or "DynamicOutputShape" in type(e).__name__:
+        hint = " (the forward depends on tensor values; capture needs shape-only control flow)"
+    return CaptureError(f"capture failed in {where}{at}: {type(e).__name__}: "
+                        f"{text[0] if text else ''}{hint}")
+
+
+# ---------------------------------------------------------------- fake tensors
+
+
+def _fake(mode: FakeTensorMode, shape: Sequence[int], stride: Sequence[int],
+          dtype: torch.dtype, device: torch.device) -> FakeTensor:
+    elem = torch.empty_strided(tuple(shape), tuple(stride), dtype=dtype, device="meta")
+    return FakeTensor(mode, elem, device)
+
+
+def _target_stride(t: torch.Tensor, channels_last: bool) -> tuple[int, ...]:
+    # Module.to(memory_format=channels_last) converts exactly the 4-d parameters and buffers.
+    if channels_last and t.dim() == 4:
+        return torch.empty(t.shape, device="meta", memory_format=torch.channels_last).stride()
+    return tuple(t.stride())
+
+
+def _fake_state(model: nn.Module, mode: FakeTensorMode, device: torch.device, dtype: torch.dtype,
+                channels_last: bool) -> list[tuple[dict, str, Any, Any]]:
+    """(store, name, original, fake) for every parameter and buffer; nothing is swapped yet."""
+    swaps: list[tuple[dict, str, Any, Any]] = []
+    fakes: dict[int, torch.Tensor] = {}  # tied weights stay tied
+    for module in model.modules():
+        for store in (module._parameters, module._buffers):
+            for name, t in list(store.items()):
+                if t is None:
+                    continue
+                if id(t) not in fakes:
+                    fakes[id(t)] = _fake_of(t, mode, device, dtype, channels_last)
+                swaps.append((store, name, t, fakes[id(t)]))
+    return swaps
+
+
+def _fake_of(t: torch.Tensor, mode: FakeTensorMode, device: torch.device, dtype: torch.dtype,
+             channels_last: bool) -> torch.Tensor:
+    target_dtype = dtype if t.is_floating_point() else t.dtype
+    fake = _fake(mode, t.shape, _target_stride(t, channels_last), target_dtype, device)
+    if isinstance(t, nn.Parameter):
+        return nn.Parameter(fake, requires_grad=t.requires_grad)
+    return fake
+
+
+def _fake_input(x: CaptureInput, mode: FakeTensorMode, device: torch.device, dtype: torch.dtype,
+                channels_last: bool) -> FakeTensor:
+    spec = _tensor_spec(x)
+    in_dtype = dtype_from_name(spec.dtype)
+    in_dtype = dtype if in_dtype.is_floating_point else in_dtype
+    stride = spec.stride
+    if channels_last and len(spec.shape) == 4:
+        stride = torch.empty(spec.shape, device="meta", memory_format=torch.channels_last).stride()
+    return _fake(mode, spec.shape, stride, in_dtype, device)
+
+
+def _tensor_spec(x: CaptureInput) -> TensorSpec:
+    if isinstance(x, TensorSpec):
+        return x
+    if isinstance(x, InputSpec):
+        return x.tensor_spec()
+    if isinstance(x, torch.Tensor):
+        return TensorSpec.of(x)
+    raise CaptureError(f"a capture input must be a TensorSpec, InputSpec or tensor, got {type(x).__name__}")
+
+
+# ---------------------------------------------------------------- public API
+
+
+def _grad_context(grad_mode: str) -> contextlib.AbstractContextManager:
+    if grad_mode not in GRAD_MODES:
+        raise CaptureError(f"unknown grad mode {grad_mode!r}; use one of {', '.join(GRAD_MODES)}")
+    return GRAD_MODES[grad_mode]()
+
+
+def _target(device_type: str, dtype: str) -> tuple[torch.device, torch.dtype]:
+    try:
+        device = torch.device(device_type)
+    except RuntimeError as e:
+        raise CaptureError(f"unknown device type {device_type!r}; use cpu or cuda") from e
+    if device.type in ("cuda", "xpu") and device.index is None:
+        device = torch.device(device.type, 0)  # no index would ask the (absent) runtime for one
+    floating = getattr(torch, dtype, None)
+    if not isinstance(floating, torch.dtype) or not floating.is_floating_point:
+        raise CaptureError(f"capture dtype must be a floating dtype such as float32, got {dtype!r}")
+    return device, floating
+
+
+def capture(
+    model: nn.Module,
+    inputs: list[CaptureInput],
+    *,
+    device_type: str = "cpu",
+    dtype: str = "float32",
+    grad_mode: str = "inference",
+    channels_last: bool = False,
+) -> list[OpRecord]:
+    """The aten ops `model(*inputs)` dispatches on `device_type`, computed on fake tensors only.
+
+    Floating parameters, buffers and inputs take `dtype`; integer ones keep theirs. The model may
+    be built on meta or on a real device; it is left exactly as it was.
+    """
+    device, floating = _target(device_type, dtype)
+    grad = _grad_context(grad_mode)
+    mode = FakeTensorMode(allow_non_fake_inputs=True)  # plain tensor attributes become constants
+    try:
+        swaps = _fake_state(model, mode, device, floating, channels_last)
+        fake_inputs = [_fake_input(x, mode, device, floating, channels_last) for x in inputs]
+    except (RuntimeError, AssertionError) as e:
+        raise CaptureError(f"cannot fake tensors on {device}: {e}") from e
+    for store, name, _, fake in swaps:
+        store[name] = fake
+    try:
+        with _recording(model) as recorder, grad, mode, recorder:
+            model(*fake_inputs)
+    finally:
+        for store, name, original, _ in swaps:
+            store[name] = original
+    return recorder.records
+
+
+def record_real(
+    model: nn.Module,
+    inputs: list[CaptureInput],
+    grad_mode: str = "inference",
+    *,
+    vocab: int | None = None,
+) -> list[OpRecord]:
+    """The aten ops of a real CPU forward of `model` (real values), recorded like `capture`."""
+    grad = _grad_context(grad_mode)
+    real_inputs = [_real_input(x, vocab) for x in inputs]
+    with _recording(model) as recorder, grad, recorder:
+        model(*real_inputs)
+    return recorder.records
+
+
+def _real_input(x: CaptureInput, vocab: int | None) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        return x
+    if isinstance(x, InputSpec):
+        return x.make("cpu", vocab)
+    spec = _tensor_spec(x)
+    made = InputSpec(spec.shape, spec.dtype).make("cpu", vocab)
+    if spec.stride == made.stride():
+        return made
+    return torch.empty_strided(spec.shape, spec.stride, dtype=made.dtype).copy_(made)
+
+
+@dataclass
+class CapturedModel:
+    """A model spec's op list at one input setting, and how it was obtained."""
+
+    spec: str
+    family: str
+    inputs: list[InputSpec]
+    ops: list[OpRecord]
+    built_on: str
+    capture_s: float
+
+
+def capture_spec(
+    spec: str,
+    *,
+    inputs: list[InputSpec | str] | None = None,
+    batch: int | None = None,
+    device_type: str = "cpu",
+    dtype: str = "float32",
+    grad_mode: str = "inference",
+    channels_last: bool = False,
+) -> CapturedModel:
+    """Load a model spec (on meta when it can) and capture its ops; `capture_s` is the capture only.
+
+    A model that builds on meta but cannot be captured there (a tensor attribute that is not a
+    buffer stays on meta) is rebuilt on CPU and captured again.
+    """
+    options = {"device_type": device_type, "dtype": dtype, "grad_mode": grad_mode,
+               "channels_last": channels_last}
+    loaded = load_model(spec, inputs=inputs, batch=batch, meta=True)
+    try:
+        return _timed_capture(loaded, options)
+    except CaptureError:
+        if loaded.built_on != "meta":
+            raise
+    return _timed_capture(load_model(spec, inputs=inputs, batch=batch, meta=False), options)
+
+
+def _timed_capture(loaded: LoadedModel, options: dict[str, Any]) -> CapturedModel:
+    start = time.perf_counter()
+    ops = capture(loaded.model, list(loaded.inputs), **options)
+    elapsed = time.perf_counter() - start
+    return CapturedModel(loaded.spec, loaded.family, loaded.inputs, ops, loaded.built_on, elapsed)

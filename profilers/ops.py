@@ -1,0 +1,857 @@
+"""The op registry: each aten op's family, FLOP and byte counters, and feature extractor.
+
+One dict (`REGISTRY`) maps an op name to an `OpInfo`, as fvcore's flop counter maps op names to
+handlers. Keys are either a full overload name ("aten.add.Tensor") or an overload packet
+("aten.add", covering every overload); `lookup` tries the full name first, so a user can override
+one overload or a whole packet with `register(..., override=True)`. An op that is not registered is
+"unknown": it is never treated as free, and `fallback_info` gives it a stated estimate.
+
+Conventions (one multiply-add = 2 FLOPs, as in `torch.utils.flop_counter`):
+- conv, matmul and attention count only their multiply-adds: bias adds, softmax and the
+  elementwise parts of fused layers are not counted, so the numbers match PyTorch's flop counter.
+- elementwise, norm, pool and reduce ops count a fixed number of FLOPs per element, listed in
+  `ELTWISE_FLOPS_PER_ELEM`, `NORM_FLOPS_PER_ELEM`, `REDUCE_FLOPS_PER_ELEM` and the pool counters.
+- bytes_moved is what the kernel must read plus what it writes, from the TensorSpecs: a
+  broadcast (stride 0) input is read once, views move nothing, ops that only write their first
+  argument (fill_, zero_, copy_) do not read it, and gathers read only the rows they pick.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import torch
+
+from profilers.errors import HwlatError
+from profilers.oprecord import OpRecord, TensorSpec, tensors_in
+
+FAMILIES = ("conv", "matmul", "attention", "pool", "norm", "eltwise", "reduce", "data", "free")
+UNKNOWN = "unknown"
+
+Features = dict[str, float]
+InputsHook = Callable[[OpRecord, dict[str, Any], torch.Generator | None], None]
+
+
+def _zero(record: OpRecord) -> float:
+    return 0.0
+
+
+def _no_features(record: OpRecord) -> Features:
+    return {}
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    """What hwlat knows about one op.
+
+    `free` ops (views, metadata) cost 0 by definition and are still counted in n_ops;
+    `free_when` makes an op free only for some calls (a reshape that is a view, an eval-mode
+    dropout). `make_inputs` fills real replay tensors in place with values the kernel accepts
+    (valid indices, positive inputs to log/sqrt); it receives the op's schema-bound arguments.
+    """
+
+    family: str
+    flops: Callable[[OpRecord], float] = _zero
+    bytes_moved: Callable[[OpRecord], float] | None = None  # None: default_bytes
+    features: Callable[[OpRecord], Features] = _no_features
+    free: bool = False
+    replayable: bool = True
+    make_inputs: InputsHook | None = None
+    free_when: Callable[[OpRecord], bool] | None = None
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise HwlatError(f"unknown op family {self.family!r}; use one of {', '.join(FAMILIES)}")
+
+
+# --------------------------------------------------------------------------- schema binding
+
+def split_op_name(op: str) -> tuple[str, str, str]:
+    """"aten.add.Tensor" -> ("aten", "add", "Tensor"); a packet name gets overload "default"."""
+    parts = op.split(".")
+    if len(parts) == 2:
+        return parts[0], parts[1], "default"
+    if len(parts) != 3:
+        raise HwlatError(f"op name {op!r} is not of the form namespace.name.overload")
+    return parts[0], parts[1], parts[2]
+
+
+def resolve_overload(op: str) -> torch._ops.OpOverload:
+    """The torch OpOverload named by `op`, e.g. torch.ops.aten.convolution.default."""
+    ns, name, overload = split_op_name(op)
+    try:
+        return getattr(getattr(getattr(torch.ops, ns), name), overload)
+    except (AttributeError, RuntimeError) as e:
+        raise HwlatError(f"no torch operator {op!r} in torch {torch.__version__}") from e
+
+
+@cache
+def _schema_args(op: str) -> tuple[tuple[str, bool, bool, Any], ...]:
+    """(name, kwarg_only, has_default, default) per schema argument; () if the op is unknown."""
+    try:
+        schema = resolve_overload(op)._schema
+    except HwlatError:
+        return ()
+    return tuple((a.name, a.kwarg_only, a.has_default_value(),
+                  a.default_value if a.has_default_value() else None) for a in schema.arguments)
+
+
+def bind(op: str, args: tuple | list, kwargs: dict) -> dict[str, Any]:
+    """Arguments by schema name, defaults filled in; works for TensorSpecs and real tensors."""
+    bound: dict[str, Any] = {}
+    positional = [a for a in _schema_args(op) if not a[1]]
+    for (name, _, _, _), value in zip(positional, args, strict=False):
+        bound[name] = value
+    for name, _, has_default, default in _schema_args(op):
+        if name not in bound:
+            bound[name] = kwargs.get(name, default if has_default else None)
+    return bound
+
+
+def bound(record: OpRecord) -> dict[str, Any]:
+    return bind(record.op, record.args, record.kwargs)
+
+
+def _prod(xs: Any) -> int:
+    return math.prod(int(x) for x in xs)
+
+
+def _pair(v: Any, n: int = 2, default: int = 1) -> list[int]:
+    """A conv/pool int-or-list argument expanded to n values (the last n if longer)."""
+    if v is None or (isinstance(v, list | tuple) and len(v) == 0):
+        return [default] * n
+    if isinstance(v, int | float):
+        return [int(v)] * n
+    vals = [int(x) for x in v]
+    return ([vals[0]] * (n - len(vals)) + vals)[-n:] if len(vals) < n else vals[-n:]
+
+
+# --------------------------------------------------------------------------- bytes
+
+def unique_bytes(t: TensorSpec) -> int:
+    """Bytes a kernel must touch to read `t`: broadcast (stride 0) dimensions are read once."""
+    return t.itemsize * _prod(s for s, st in zip(t.shape, t.stride, strict=True) if st != 0)
+
+
+def _reads(record: OpRecord) -> list[TensorSpec]:
+    """Input tensors, without an `out=` buffer (it is written, counted with the outputs)."""
+    if not _schema_args(record.op):
+        return record.inputs
+    return [t for k, v in bound(record).items() if k != "out" for t in tensors_in(v)]
+
+
+def default_bytes(record: OpRecord) -> float:
+    return float(sum(unique_bytes(t) for t in _reads(record))
+                 + sum(t.nbytes for t in record.outputs))
+
+
+def _write_only_bytes(record: OpRecord) -> float:
+    """fill_/zero_/copy_: the first argument is overwritten, never read."""
+    rest = _reads(record)[1:]
+    return float(sum(unique_bytes(t) for t in rest) + sum(t.nbytes for t in record.outputs))
+
+
+def _gather_bytes(record: OpRecord) -> float:
+    """embedding/index/gather read the picked rows (as many bytes as written) plus the indices."""
+    b = bound(record)
+    idx = [t for k in ("indices", "index") for t in tensors_in(b.get(k))]
+    out = sum(t.nbytes for t in record.outputs)
+    return float(sum(unique_bytes(t) for t in idx) + 2 * out)
+
+
+def _alloc_bytes(record: OpRecord) -> float:
+    """empty-like allocations write nothing."""
+    return 0.0
+
+
+def _out_bytes(record: OpRecord) -> float:
+    """Factory ops (zeros, full, arange) write their output and read nothing."""
+    return float(sum(t.nbytes for t in record.outputs))
+
+
+def bytes_of(record: OpRecord, info: OpInfo | None = None) -> float:
+    info = info if info is not None else (lookup(record.op) or fallback_info())
+    if is_free(record, info):
+        return 0.0
+    return (info.bytes_moved or default_bytes)(record)
+
+
+# --------------------------------------------------------------------------- conv
+
+def conv_flops(record: OpRecord) -> float:
+    """2 * N * prod(weight.shape) * prod(out spatial) (prod(in spatial) when transposed)."""
+    b = bound(record)
+    x, w = b["input"], b["weight"]
+    spatial = x.shape[2:] if b.get("transposed") else record.outputs[0].shape[2:]
+    batch = x.shape[0] if len(x.shape) == len(w.shape) else 1  # unbatched conv: (C, H, W)
+    return 2.0 * batch * _prod(w.shape) * _prod(spatial)
+
+
+def _conv_padding(b: dict, k: list[int], dil: list[int], n: int) -> list[float]:
+    pad = b.get("padding")
+    if pad == "valid":
+        return [0.0] * n
+    if pad == "same":
+        return [((kk - 1) * d) / 2 for kk, d in zip(k, dil, strict=True)]
+    return [float(p) for p in _pair(pad, n, 0)]
+
+
+def conv_features(record: OpRecord) -> Features:
+    b = bound(record)
+    x, w, out = b["input"], b["weight"], record.outputs[0]
+    nd = len(w.shape) - 2
+    batched = len(x.shape) == len(w.shape)
+    xs, os_ = (x.shape[1:], out.shape[1:]) if batched else (x.shape, out.shape)
+    # 1-d convs have W=1; 3-d convs fold their depth into D
+    hw = list(xs[1:])[-2:] if nd >= 2 else [xs[1], 1]
+    ohw = list(os_[1:])[-2:] if nd >= 2 else [os_[1], 1]
+    transposed = bool(b.get("transposed"))
+    groups = int(b.get("groups") or 1)
+    cin = xs[0]
+    cout = os_[0]
+    k = [int(s) for s in w.shape[2:]]
+    stride, dil = _pair(b.get("stride"), nd), _pair(b.get("dilation"), nd)
+    pad = _conv_padding(b, k, dil, nd)
+    return {
+        "N": x.shape[0] if batched else 1, "Cin": cin, "Cout": cout,
+        "D": _prod(xs[1:-2]) if nd == 3 else 1, "H": hw[0], "W": hw[1],
+        "Hout": ohw[0], "Wout": ohw[1],
+        "kh": k[-2] if nd >= 2 else k[0], "kw": k[-1] if nd >= 2 else 1,
+        "kd": k[0] if nd == 3 else 1,
+        "stride_h": stride[-2] if nd >= 2 else stride[0], "stride_w": stride[-1] if nd >= 2 else 1,
+        "pad_h": pad[-2] if nd >= 2 else pad[0], "pad_w": pad[-1] if nd >= 2 else 0,
+        "dilation_h": dil[-2] if nd >= 2 else dil[0], "dilation_w": dil[-1] if nd >= 2 else 1,
+        "groups": groups, "depthwise": float(groups > 1 and groups == cin),
+        "channels_per_group": cin / groups, "transposed": float(transposed),
+        "has_bias": float(isinstance(b.get("bias"), TensorSpec)), "spatial_dims": nd,
+        "weight_channels_last": float(w.memory_format == "channels_last"),
+    }
+
+
+# --------------------------------------------------------------------------- matmul
+
+def _mnk(record: OpRecord) -> tuple[float, float, float, float]:
+    """(batch, M, N, K) of a matrix product; einsum is handled separately."""
+    base = split_op_name(record.op)[1]
+    b = bound(record)
+    if base == "einsum":
+        return _einsum_mnk(b["equation"], b["tensors"])
+    if base == "linear":
+        x, w = b["input"], b["weight"]
+        return 1.0, float(_prod(x.shape[:-1])), float(w.shape[0]), float(w.shape[-1])
+    a, m2 = _matmul_operands(b)
+    k = a.shape[-1]
+    m = a.shape[-2] if len(a.shape) >= 2 else 1
+    n = m2.shape[-1] if len(m2.shape) >= 2 else 1
+    out = record.outputs[0].numel if record.outputs else m * n
+    return float(out // max(m * n, 1)), float(m), float(n), float(k)
+
+
+def _matmul_operands(b: dict) -> tuple[TensorSpec, TensorSpec]:
+    for pair in (("mat1", "mat2"), ("batch1", "batch2"), ("self", "mat2"), ("self", "other"),
+                 ("self", "vec"), ("mat", "vec"), ("self", "tensor"), ("input", "other")):
+        if isinstance(b.get(pair[0]), TensorSpec) and isinstance(b.get(pair[1]), TensorSpec):
+            return b[pair[0]], b[pair[1]]
+    raise HwlatError(f"cannot find the matrix operands in {sorted(b)}")
+
+
+def _einsum_letters(equation: str, operands: list) -> tuple[list[str], str, dict[str, int]]:
+    """Operand subscripts, output subscripts and each letter's size ('...' expanded)."""
+    lhs, arrow, rhs = equation.replace(" ", "").partition("->")
+    terms = lhs.split(",")
+    n_ell = max((len(t.shape) - len(term.replace("...", ""))
+                 for term, t in zip(terms, operands, strict=True) if "..." in term), default=0)
+    ell = "".join(chr(0x100 + i) for i in range(n_ell))  # stand-ins that cannot clash
+    sizes: dict[str, int] = {}
+    expanded = []
+    for term, t in zip(terms, operands, strict=True):
+        if "..." in term:
+            term = term.replace("...", ell[n_ell - (len(t.shape) - len(term) + 3):])
+        for c, s in zip(term, t.shape, strict=True):
+            sizes[c] = max(sizes.get(c, 1), int(s))
+        expanded.append(term)
+    if arrow:
+        return expanded, rhs.replace("...", ell), sizes
+    once = sorted(c for c in sizes if c not in ell and sum(e.count(c) for e in expanded) == 1)
+    return expanded, ell + "".join(once), sizes
+
+
+def _einsum_mnk(equation: str, operands: list) -> tuple[float, float, float, float]:
+    terms, out, sizes = _einsum_letters(equation, operands)
+    if len(terms) != 2:
+        return 1.0, float(_prod(sizes.values())), 1.0, 1.0
+    a, b = set(terms[0]), set(terms[1])
+    size = lambda letters: float(_prod(sizes[c] for c in letters))  # noqa: E731
+    return (size(a & b & set(out)), size((a - b) & set(out)), size((b - a) & set(out)),
+            size((a & b) - set(out)))
+
+
+def matmul_flops(record: OpRecord) -> float:
+    batch, m, n, k = _mnk(record)
+    return 2.0 * batch * m * n * k
+
+
+def matmul_features(record: OpRecord) -> Features:
+    batch, m, n, k = _mnk(record)
+    b = bound(record)
+    ops = [t for t in record.inputs if len(t.shape) >= 2][-2:]
+    has_bias = isinstance(b.get("bias"), TensorSpec) or split_op_name(record.op)[1] in (
+        "addmm", "baddbmm", "addbmm", "addmv")
+    # a stride-1 last dim means row-major; otherwise the operand is read transposed (t()+addmm)
+    trans = [float(t.stride[-1] != 1 and t.shape[-1] > 1) for t in ops] + [0.0, 0.0]
+    return {"batch": batch, "M": m, "N": n, "K": k, "has_bias": float(has_bias),
+            "a_transposed": trans[0], "b_transposed": trans[1]}
+
+
+# --------------------------------------------------------------------------- attention
+
+def _attention_dims(record: OpRecord) -> Features:
+    b = bound(record)
+    base = split_op_name(record.op)[1]
+    if base in ("_native_multi_head_attention", "_transformer_encoder_layer_fwd"):
+        return _fused_attention_dims(record, b, base)
+    q, k, v = b["query"], b["key"], b["value"]
+    if base in ("_flash_attention_forward", "_efficient_attention_forward"):
+        # (B, L, H, E) layout
+        batch, lq, heads, e = q.shape[0], q.shape[1], q.shape[2], q.shape[3]
+        lk, ev = k.shape[1], v.shape[-1]
+    else:  # (..., H, L, E); 3-d inputs have one head
+        lead = q.shape[:-2]
+        heads = lead[-1] if len(lead) >= 2 else 1
+        batch = _prod(lead) // max(heads, 1)
+        lq, e, lk, ev = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
+    mask = b.get("attn_mask", b.get("attn_bias", b.get("bias")))
+    causal = b.get("is_causal") or b.get("custom_mask_type") == 1
+    return {"batch": batch, "heads": heads, "Lq": lq, "Lk": lk, "head_dim": e, "head_dim_v": ev,
+            "causal": float(bool(causal)), "has_mask": float(isinstance(mask, TensorSpec)),
+            "embed_dim": float("nan"), "ffn_dim": float("nan"), "fused_layer": 0.0}
+
+
+def _fused_attention_dims(record: OpRecord, b: dict, base: str) -> Features:
+    """nn.MultiheadAttention / nn.TransformerEncoderLayer fast paths, batch_first (B, L, D)."""
+    q = b["query"] if base == "_native_multi_head_attention" else b["src"]
+    k = b["key"] if base == "_native_multi_head_attention" else q
+    d, heads = int(b["embed_dim"]), int(b["num_heads"] if "num_heads" in b else b["num_head"])
+    lead = q.shape[:-2]
+    ffn = b["ffn_weight_1"].shape[0] if isinstance(b.get("ffn_weight_1"), TensorSpec) else None
+    return {"batch": _prod(lead), "heads": heads, "Lq": q.shape[-2], "Lk": k.shape[-2],
+            "head_dim": d // heads, "head_dim_v": d // heads, "causal": 0.0,
+            "has_mask": float(isinstance(b.get("mask"), TensorSpec)), "embed_dim": d,
+            "ffn_dim": float(ffn) if ffn is not None else float("nan"),
+            "fused_layer": 2.0 if ffn is not None else 1.0}
+
+
+def attention_flops(record: OpRecord) -> float:
+    """QK^T and AV (2*B*H*Lq*Lk*(E+Ev)); fused layers add their projections and FFN."""
+    f = _attention_dims(record)
+    bh = f["batch"] * f["heads"]
+    core = 2.0 * bh * f["Lq"] * f["Lk"] * (f["head_dim"] + f["head_dim_v"])
+    if not f["fused_layer"]:
+        return core
+    d, bt = f["embed_dim"], f["batch"]
+    proj = 2.0 * bt * d * d * (f["Lq"] + 2 * f["Lk"]) + 2.0 * bt * f["Lq"] * d * d
+    ffn = 4.0 * bt * f["Lq"] * d * f["ffn_dim"] if f["fused_layer"] == 2 else 0.0
+    return core + proj + ffn
+
+
+# --------------------------------------------------------------------------- pool
+
+def _pool_dims(record: OpRecord) -> Features:
+    b = bound(record)
+    x, out = b["self"] if "self" in b else b["input"], record.outputs[0]
+    base = split_op_name(record.op)[1]
+    nd = 3 if "3d" in base else 1 if "1d" in base else 2
+    batched = len(x.shape) == nd + 2
+    n, c = (x.shape[0], x.shape[1]) if batched else (1, x.shape[0])
+    sp, osp = list(x.shape[-nd:]), list(out.shape[-nd:])
+    hw = (sp + [1])[-2:] if nd == 1 else sp[-2:]
+    ohw = (osp + [1])[-2:] if nd == 1 else osp[-2:]
+    adaptive = base.startswith(("adaptive", "_adaptive"))
+    if adaptive:
+        kernel = [-(-i // max(o, 1)) for i, o in zip(hw, ohw, strict=True)]
+        stride = [i // max(o, 1) for i, o in zip(hw, ohw, strict=True)]
+        pad = [0, 0]
+    else:
+        kernel = (_pair(b["kernel_size"], nd) + [1])[:2] if nd == 1 else _pair(b["kernel_size"], nd)[-2:]
+        st = b.get("stride")
+        stride = kernel if not st else ((_pair(st, nd) + [1])[:2] if nd == 1 else _pair(st, nd)[-2:])
+        pad = ((_pair(b.get("padding"), nd, 0) + [0])[:2] if nd == 1
+               else _pair(b.get("padding"), nd, 0)[-2:])
+    return {"N": n, "C": c, "D": _prod(sp[:-2]) if nd == 3 else 1, "H": hw[0], "W": hw[1],
+            "Hout": ohw[0], "Wout": ohw[1], "kernel_h": kernel[0], "kernel_w": kernel[1],
+            "kernel_d": _pair(b.get("kernel_size"), 3)[0] if nd == 3 and not adaptive else 1,
+            "stride_h": stride[0], "stride_w": stride[1], "pad_h": pad[0], "pad_w": pad[1],
+            "adaptive": float(adaptive), "is_max": float("max" in base),
+            "channels_last": float(x.memory_format == "channels_last")}
+
+
+def pool_flops(record: OpRecord) -> float:
+    """One FLOP per window element per output (a compare or an add), one more per output for avg."""
+    f = _pool_dims(record)
+    out = record.outputs[0].numel
+    per_out = f["kernel_h"] * f["kernel_w"] * f["kernel_d"] + (0 if f["is_max"] else 1)
+    return float(out * per_out)
+
+
+# --------------------------------------------------------------------------- norm
+
+NORM_FLOPS_PER_ELEM = {
+    "batch_norm": 4,        # (x - mean) * invstd * w + b with running stats
+    "batch_norm_train": 7,  # plus sum and sum of squares for the batch statistics
+    "layer_norm": 7,        # sum, sum of squares, then sub, mul, mul, add (+1 for the variance)
+    "group_norm": 7,
+    "instance_norm": 7,
+    "rms_norm": 4,          # square, sum, mul, mul
+}
+
+
+def _norm_kind(record: OpRecord) -> str:
+    base = split_op_name(record.op)[1].lstrip("_")
+    b = bound(record)
+    for kind in ("batch_norm", "layer_norm", "group_norm", "instance_norm", "rms_norm"):
+        if kind in base:
+            training = b.get("training", b.get("train"))
+            if kind == "batch_norm" and training and "no_training" not in base:
+                return "batch_norm_train"
+            return kind
+    return "layer_norm"
+
+
+def norm_flops(record: OpRecord) -> float:
+    x = record.inputs[0]
+    return float(NORM_FLOPS_PER_ELEM[_norm_kind(record)] * x.numel)
+
+
+def norm_features(record: OpRecord) -> Features:
+    b = bound(record)
+    x = record.inputs[0]
+    kind = _norm_kind(record)
+    n = x.shape[0] if x.shape else 1
+    c = x.shape[1] if len(x.shape) > 1 else 1
+    groups = float(b.get("group", b.get("num_groups")) or 1) if "group" in kind else 1.0
+    if kind.startswith("batch_norm") or kind == "instance_norm":
+        normalized = x.numel / max(c, 1) if kind.startswith("batch") else x.numel / max(n * c, 1)
+    elif kind == "group_norm":
+        normalized = x.numel / max(n * groups, 1)
+    else:
+        normalized = float(_prod(b.get("normalized_shape") or x.shape[-1:]))
+    return {"numel": x.numel, "normalized_size": normalized, "N": n, "C": c, "groups": groups,
+            "has_weight": float(isinstance(b.get("weight"), TensorSpec)),
+            "training": float(kind == "batch_norm_train"),
+            "kind": float(list(NORM_FLOPS_PER_ELEM).index(kind))}
+
+
+# --------------------------------------------------------------------------- eltwise / reduce / data
+
+ELTWISE_FLOPS_PER_ELEM = {
+    # arithmetic, comparisons and selections: one operation per output element
+    **{k: 1 for k in (
+        "add", "sub", "rsub", "mul", "div", "neg", "abs", "relu", "relu6", "clamp", "clamp_min",
+        "clamp_max", "hardtanh", "maximum", "minimum", "where", "masked_fill", "eq", "ne", "lt",
+        "le", "gt", "ge", "logical_not", "logical_and", "logical_or", "bitwise_not",
+        "bitwise_and", "bitwise_or", "sign", "floor", "ceil", "round", "trunc", "remainder",
+        "fmod", "floor_divide", "threshold", "square", "pow", "triu", "tril", "isnan", "isinf",
+        "dropout", "feature_dropout", "alpha_dropout", "native_dropout", "type_as",
+    )},
+    # two operations: fused multiply-adds and piecewise-linear activations
+    **{k: 2 for k in ("addcmul", "addcdiv", "lerp", "leaky_relu", "prelu", "_prelu_kernel")},
+    "hardsigmoid": 3, "hardswish": 4,
+    # transcendental functions, counted as 4 (a polynomial evaluation)
+    **{k: 4 for k in ("exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt",
+                      "reciprocal", "sigmoid", "tanh", "erf", "sin", "cos", "softplus", "elu",
+                      "selu", "celu", "logit")},
+    "silu": 5,   # sigmoid + mul
+    "gelu": 8,   # 0.5 * x * (1 + erf(x / sqrt 2)), or its tanh form
+    "mish": 9,   # x * tanh(softplus(x))
+}
+REDUCE_FLOPS_PER_ELEM = {
+    "softmax": 5, "_softmax": 5, "log_softmax": 5, "_log_softmax": 5,  # max, sub, exp, sum, div/log
+    "linalg_vector_norm": 2, "norm": 2, "std": 3, "var": 3, "var_mean": 3, "std_mean": 3,
+    "logsumexp": 5,
+}
+
+
+def _base_name(record: OpRecord) -> str:
+    """"aten.add_.Tensor" -> "add" (in-place and out variants count like the plain op)."""
+    return split_op_name(record.op)[1].rstrip("_") if not split_op_name(record.op)[1].startswith(
+        "__") else split_op_name(record.op)[1]
+
+
+def eltwise_flops(record: OpRecord) -> float:
+    out = record.outputs[0].numel if record.outputs else 0
+    return float(ELTWISE_FLOPS_PER_ELEM.get(_base_name(record), 1) * out)
+
+
+def reduce_flops(record: OpRecord) -> float:
+    """Per input element; sort/topk count n*log2(size of the sorted dim)."""
+    x = record.inputs[0]
+    base = _base_name(record)
+    if base in ("sort", "topk", "argsort"):
+        return float(x.numel * math.log2(max(_reduce_size(record), 2)))
+    return float(REDUCE_FLOPS_PER_ELEM.get(base, 1) * x.numel)
+
+
+def _reduce_size(record: OpRecord) -> float:
+    """Number of elements combined into each output (nan when the op does not reduce)."""
+    b = bound(record)
+    x = record.inputs[0] if record.inputs else None
+    if x is None:
+        return float("nan")
+    dims = b.get("dim")
+    if dims is None:
+        if "dim" not in b:
+            return float("nan")
+        return float(x.numel)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    if not dims:  # dim=[] reduces everything
+        return float(x.numel)
+    nd = max(len(x.shape), 1)
+    return float(_prod((x.shape or (1,))[d % nd] for d in dims))
+
+
+def generic_features(record: OpRecord) -> Features:
+    ins = record.inputs
+    out = record.outputs[0] if record.outputs else None
+    numel_out = float(out.numel) if out else 0.0
+    return {
+        "numel_in": float(max((t.numel for t in ins), default=0)),
+        "numel_in_total": float(sum(t.numel for t in ins)),
+        "numel_out": numel_out, "n_tensor_inputs": float(len(ins)),
+        "ndim_out": float(len(out.shape)) if out else 0.0,
+        "reduce_size": _reduce_size(record) if family_of(record.op) == "reduce" else float("nan"),
+        "broadcast": float(any(0 in t.stride and t.numel > 1 for t in ins)
+                           or any(t.numel < numel_out for t in ins)),
+        "inputs_contiguous": float(all(t.memory_format == "contiguous" for t in ins)),
+        "output_contiguous": float(out is None or out.memory_format == "contiguous"),
+        "in_place": float(split_op_name(record.op)[1].endswith("_") or "out" in record.kwargs),
+        "flops_per_elem": flops_of(record) / numel_out if numel_out else 0.0,
+    }
+
+
+def upsample_flops(record: OpRecord) -> float:
+    """Linear interpolation: 4 FLOPs per output element per interpolated dimension."""
+    base = _base_name(record)
+    if "nearest" in base:
+        return 0.0
+    nd = 1 if "linear1d" in base else 3 if "trilinear" in base else 2
+    return float(4 * nd * record.outputs[0].numel)
+
+
+# --------------------------------------------------------------------------- conditional views
+
+def _meta(t: TensorSpec) -> torch.Tensor:
+    return torch.empty_strided(t.shape, t.stride, dtype=torch.float32, device="meta")
+
+
+def _view_possible(record: OpRecord) -> bool:
+    """reshape/flatten: a view when the input's strides allow it (the same test torch applies)."""
+    x, out = record.inputs[0], record.outputs[0]
+    try:
+        _meta(x).view(out.shape)
+    except RuntimeError:
+        return False
+    return True
+
+
+def _already_contiguous(record: OpRecord) -> bool:
+    fmt = bound(record).get("memory_format") or torch.contiguous_format
+    return _meta(record.inputs[0]).is_contiguous(memory_format=fmt)
+
+
+def _same_tensor(record: OpRecord) -> bool:
+    """to()/type_as(): returns its input when nothing changes and no copy was asked for."""
+    return (not bound(record).get("copy")) and bool(record.outputs) and \
+        record.outputs[0] == record.inputs[0]
+
+
+def _dropout_is_identity(record: OpRecord) -> bool:
+    b = bound(record)
+    return not b.get("train") or not b.get("p")
+
+
+def is_free(record: OpRecord, info: OpInfo | None = None) -> bool:
+    """Free by definition (views, metadata), or for this call (a reshape that is a view)."""
+    info = info if info is not None else lookup(record.op)
+    if info is None:
+        return False
+    return info.free or (info.free_when is not None and info.free_when(record))
+
+
+def record_family(record: OpRecord) -> str:
+    """The family of this call: "free" for conditional views that are views here."""
+    info = lookup(record.op)
+    if info is None:
+        return UNKNOWN
+    return "free" if is_free(record, info) else info.family
+
+
+# --------------------------------------------------------------------------- input hooks
+
+def _fill_indices(t: Any, high: int, gen: torch.Generator | None) -> None:
+    if isinstance(t, torch.Tensor) and not t.dtype.is_floating_point and t.dtype != torch.bool:
+        t.random_(0, max(int(high), 1), generator=gen)
+
+
+def _embedding_inputs(record: OpRecord, b: dict[str, Any], gen: torch.Generator | None) -> None:
+    _fill_indices(b["indices"], b["weight"].shape[0], gen)
+
+
+def _dim_index_inputs(record: OpRecord, b: dict[str, Any], gen: torch.Generator | None) -> None:
+    """index_select/gather/scatter: indices below the size of `dim` of self."""
+    x = b["self"]
+    size = x.shape[b["dim"] % max(x.dim(), 1)] if x.dim() else 1
+    _fill_indices(b["index"], size, gen)
+
+
+def _index_inputs(record: OpRecord, b: dict[str, Any], gen: torch.Generator | None) -> None:
+    """x[i0, i1, ...]: each integer index below its dim; a bool mask gets as many Trues as the
+    recorded output selected, so the replayed output has the recorded shape."""
+    x, pos = b["self"], 0
+    for idx in b["indices"]:
+        if idx is None:
+            pos += 1
+            continue
+        if idx.dtype == torch.bool:
+            n_true = record.outputs[0].numel * idx.numel() // max(x.numel(), 1) if record.outputs else 0
+            idx.zero_().view(-1)[:n_true] = True
+            pos += idx.dim()
+            continue
+        _fill_indices(idx, x.shape[pos], gen)
+        pos += 1
+
+
+def _positive_inputs(record: OpRecord, b: dict[str, Any], gen: torch.Generator | None) -> None:
+    """log/sqrt/rsqrt/pow of negative numbers give NaN: time them on positive inputs."""
+    for v in b.values():
+        if isinstance(v, torch.Tensor) and v.dtype.is_floating_point:
+            v.abs_().add_(0.5)
+
+
+def _one_hot_inputs(record: OpRecord, b: dict[str, Any], gen: torch.Generator | None) -> None:
+    _fill_indices(b["self"], b.get("num_classes") or 2, gen)
+
+
+# --------------------------------------------------------------------------- registry
+
+def _info(family: str, **kw: Any) -> OpInfo:
+    defaults: dict[str, Any] = {
+        "conv": {"flops": conv_flops, "features": conv_features},
+        "matmul": {"flops": matmul_flops, "features": matmul_features},
+        "attention": {"flops": attention_flops, "features": _attention_dims},
+        "pool": {"flops": pool_flops, "features": _pool_dims},
+        "norm": {"flops": norm_flops, "features": norm_features},
+        "eltwise": {"flops": eltwise_flops, "features": generic_features},
+        "reduce": {"flops": reduce_flops, "features": generic_features},
+        "data": {"features": generic_features},
+        "free": {"free": True},
+    }[family]
+    return OpInfo(family=family, **{**defaults, **kw})
+
+
+def _aten(names: str) -> list[str]:
+    return [f"aten.{n}" for n in names.split()]
+
+
+def _build_registry() -> dict[str, OpInfo]:
+    reg: dict[str, OpInfo] = {}
+
+    def add(names: str, info: OpInfo) -> None:
+        for n in _aten(names):
+            reg[n] = info
+
+    add("convolution _convolution conv1d conv2d conv3d conv_transpose1d conv_transpose2d "
+        "conv_transpose3d mkldnn_convolution cudnn_convolution cudnn_convolution_transpose "
+        "_convolution_mode _nnpack_spatial_convolution _slow_conv2d_forward "
+        "slow_conv_transpose2d slow_conv3d_forward", _info("conv"))
+    add("mm addmm bmm baddbmm addbmm linear matmul mv addmv dot vdot einsum _addmm_activation "
+        "bilinear", _info("matmul"))
+    add("scaled_dot_product_attention _scaled_dot_product_flash_attention_for_cpu "
+        "_scaled_dot_product_flash_attention _scaled_dot_product_efficient_attention "
+        "_scaled_dot_product_cudnn_attention _scaled_dot_product_attention_math "
+        "_scaled_dot_product_fused_attention_overrideable _flash_attention_forward "
+        "_efficient_attention_forward _native_multi_head_attention "
+        "_transformer_encoder_layer_fwd", _info("attention"))
+    add("max_pool1d max_pool2d max_pool3d max_pool2d_with_indices max_pool3d_with_indices "
+        "avg_pool1d avg_pool2d avg_pool3d adaptive_avg_pool1d adaptive_avg_pool2d "
+        "adaptive_avg_pool3d _adaptive_avg_pool2d _adaptive_avg_pool3d adaptive_max_pool1d "
+        "adaptive_max_pool2d adaptive_max_pool3d mkldnn_max_pool2d "
+        "_mkldnn_adaptive_avg_pool2d", _info("pool"))
+    add("batch_norm _batch_norm_impl_index native_batch_norm _native_batch_norm_legit "
+        "_native_batch_norm_legit_no_training _native_batch_norm_legit_functional "
+        "cudnn_batch_norm miopen_batch_norm layer_norm native_layer_norm group_norm "
+        "native_group_norm instance_norm rms_norm _fused_rms_norm", _info("norm"))
+    eltwise = [k for k in ELTWISE_FLOPS_PER_ELEM if not k.endswith("dropout") and k != "type_as"]
+    add(" ".join(eltwise + [k + "_" for k in eltwise]), _info("eltwise"))
+    add("log log_ log2 log1p sqrt sqrt_ rsqrt rsqrt_ reciprocal reciprocal_ pow pow_ log10",
+        _info("eltwise", make_inputs=_positive_inputs))
+    add("dropout dropout_ feature_dropout feature_dropout_ alpha_dropout alpha_dropout_ "
+        "native_dropout", _info("eltwise", free_when=_dropout_is_identity))
+    add("softmax _softmax log_softmax _log_softmax _safe_softmax sum mean amax amin max min "
+        "prod argmax argmin std var var_mean std_mean linalg_vector_norm norm logsumexp cumsum "
+        "cumsum_ cumprod any all topk sort argsort count_nonzero", _info("reduce"))
+    add("clone _to_copy cat stack hstack vstack pad constant_pad_nd reflection_pad1d "
+        "reflection_pad2d reflection_pad3d replication_pad1d replication_pad2d "
+        "replication_pad3d roll flip repeat tile repeat_interleave narrow_copy "
+        "pixel_shuffle pixel_unshuffle channel_shuffle native_channel_shuffle lift_fresh_copy "
+        "masked_scatter scalar_tensor _local_scalar_dense select_scatter slice_scatter "
+        "index_put index_put_ _unsafe_index_put view_copy _unsafe_view_copy unfold_copy "
+        "col2im im2col", _info("data"))
+    for name, fam in (("copy_", "data"), ("fill_", "data"), ("zero_", "data"),
+                      ("fill", "data")):
+        reg[f"aten.{name}"] = _info(fam, bytes_moved=_write_only_bytes)
+    add("arange zeros ones full zeros_like ones_like full_like new_zeros new_ones new_full "
+        "eye linspace rand randn randint rand_like randn_like randint_like bernoulli "
+        "normal", _info("data", bytes_moved=_out_bytes))
+    add("empty empty_like empty_strided new_empty new_empty_strided resize_",
+        _info("data", bytes_moved=_alloc_bytes))
+    add("upsample_nearest1d upsample_nearest2d upsample_nearest3d upsample_bilinear2d "
+        "upsample_linear1d upsample_bicubic2d upsample_trilinear3d _upsample_nearest_exact1d "
+        "_upsample_nearest_exact2d _upsample_nearest_exact3d _upsample_bilinear2d_aa "
+        "upsample_bicubic2d", _info("data", flops=upsample_flops))
+    add("embedding", _info("data", bytes_moved=_gather_bytes, make_inputs=_embedding_inputs))
+    add("index_select gather take_along_dim",
+        _info("data", bytes_moved=_gather_bytes, make_inputs=_dim_index_inputs))
+    add("scatter scatter_ scatter_add scatter_add_ scatter_reduce index_add index_add_ "
+        "index_copy index_copy_ index_fill index_fill_", _info("data", make_inputs=_dim_index_inputs))
+    add("index _unsafe_index",
+        _info("data", bytes_moved=_gather_bytes, make_inputs=_index_inputs))
+    add("one_hot", _info("data", make_inputs=_one_hot_inputs))
+    # output sizes depend on the values: a replay with random values has other shapes
+    add("nonzero masked_select unique _unique _unique2 unique_consecutive unique_dim argwhere "
+        "nonzero_numpy", _info("data", replayable=False))
+    reg["aten.where.default"] = _info("data", replayable=False)  # where(cond) is nonzero
+    for name in ("aten.max.other", "aten.min.other"):  # binary max/min are elementwise
+        reg[name] = _info("eltwise")
+    add("reshape flatten unflatten", _info("data", free_when=_view_possible))
+    add("contiguous", _info("data", free_when=_already_contiguous))
+    add("to type_as _autocast_to_reduced_precision _autocast_to_full_precision",
+        _info("data", free_when=_same_tensor))
+    add("view _unsafe_view _reshape_alias view_as expand expand_as t numpy_T mT mH adjoint "
+        "transpose transpose_ swapaxes swapdims permute movedim moveaxis squeeze squeeze_ "
+        "unsqueeze unsqueeze_ slice select narrow as_strided as_strided_ detach detach_ alias "
+        "split split_with_sizes tensor_split chunk unbind unsafe_split unsafe_chunk lift "
+        "lift_fresh unfold diagonal real imag view_as_real view_as_complex _conj _neg_view "
+        "conj resolve_conj resolve_neg sym_size sym_stride sym_numel sym_storage_offset "
+        "_assert_async _assert_tensor_metadata _assert_scalar set_ is_same_size "
+        "_nested_tensor_from_mask_left_aligned dim size stride numel", _info("free"))
+    return reg
+
+
+REGISTRY: dict[str, OpInfo] = _build_registry()
+
+
+def lookup(op: str) -> OpInfo | None:
+    """The OpInfo for an overload name: an exact entry first, then its overload packet."""
+    if op in REGISTRY:
+        return REGISTRY[op]
+    ns, _, rest = op.partition(".")
+    packet = f"{ns}.{rest.split('.')[0]}" if rest else op
+    return REGISTRY.get(packet)
+
+
+def register(op: str, info: OpInfo, *, override: bool = False) -> None:
+    """Add or (with override=True) replace the entry for an overload or a packet name."""
+    if op in REGISTRY and not override:
+        raise HwlatError(f"{op} is already registered as {REGISTRY[op].family!r}; "
+                         "pass override=True to replace it")
+    REGISTRY[op] = info
+
+
+def family_of(op: str) -> str:
+    info = lookup(op)
+    return info.family if info is not None else UNKNOWN
+
+
+def fallback_info() -> OpInfo:
+    """Stated estimate for an unregistered op: one FLOP per output element, default bytes."""
+    return OpInfo(family="data", flops=_per_output_elem, features=generic_features)
+
+
+def _per_output_elem(record: OpRecord) -> float:
+    return float(sum(t.numel for t in record.outputs))
+
+
+# --------------------------------------------------------------------------- features
+
+COMMON_FEATURES = (
+    "flops", "bytes_moved", "arithmetic_intensity", "log_flops", "log_bytes", "itemsize",
+    "channels_last", "contiguous", "n_inputs", "numel_out", "log_numel_out", "roofline_s",
+    "log_roofline_us",
+)
+_FAMILY_FEATURES: dict[str, tuple[str, ...]] = {
+    "conv": ("N", "Cin", "Cout", "D", "H", "W", "Hout", "Wout", "kh", "kw", "kd", "stride_h",
+             "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w", "groups", "depthwise",
+             "channels_per_group", "transposed", "has_bias", "spatial_dims",
+             "weight_channels_last"),
+    "matmul": ("batch", "M", "N", "K", "has_bias", "a_transposed", "b_transposed"),
+    "attention": ("batch", "heads", "Lq", "Lk", "head_dim", "head_dim_v", "causal", "has_mask",
+                  "embed_dim", "ffn_dim", "fused_layer"),
+    "pool": ("N", "C", "D", "H", "W", "Hout", "Wout", "kernel_h", "kernel_w", "kernel_d",
+             "stride_h", "stride_w", "pad_h", "pad_w", "adaptive", "is_max", "channels_last"),
+    "norm": ("numel", "normalized_size", "N", "C", "groups", "has_weight", "training", "kind"),
+    **{f: ("numel_in", "numel_in_total", "numel_out", "n_tensor_inputs", "ndim_out",
+           "reduce_size", "broadcast", "inputs_contiguous", "output_contiguous", "in_place",
+           "flops_per_elem") for f in ("eltwise", "reduce", "data", UNKNOWN)},
+    "free": (),
+}
+
+
+def feature_names(family: str) -> list[str]:
+    """The fixed column order of a family's feature vector (common features first)."""
+    if family not in _FAMILY_FEATURES:
+        raise HwlatError(f"unknown op family {family!r}; use one of {', '.join(FAMILIES)}")
+    return list(COMMON_FEATURES) + [f"{family}.{n}" for n in _FAMILY_FEATURES[family]]
+
+
+def flops_of(record: OpRecord, info: OpInfo | None = None) -> float:
+    info = info if info is not None else (lookup(record.op) or fallback_info())
+    return 0.0 if is_free(record, info) else float(info.flops(record))
+
+
+def roofline_s(record: OpRecord, peaks: dict) -> float:
+    """max(compute time, memory time) at the device's peaks.
+
+    peaks: {"gflops": {dtype: GFLOP/s}, "gbps": GB/s} as `measure_peaks` returns them; a dtype
+    without a peak uses float32's.
+    """
+    gflops = peaks["gflops"]
+    peak = gflops.get(record.dtype) or gflops.get("float32") or max(gflops.values())
+    return max(flops_of(record) / (peak * 1e9), bytes_of(record) / (peaks["gbps"] * 1e9))
+
+
+def common_features(record: OpRecord, info: OpInfo | None, peaks: dict | None = None) -> Features:
+    info = info if info is not None else fallback_info()
+    flops, nbytes = flops_of(record, info), bytes_of(record, info)
+    ins = record.inputs
+    numel_out = float(sum(t.numel for t in record.outputs))
+    roof = roofline_s(record, peaks) if peaks else float("nan")
+    itemsizes = [t.itemsize for t in ins + list(record.outputs) if t.dtype == record.dtype]
+    return {
+        "flops": flops, "bytes_moved": nbytes,
+        "arithmetic_intensity": flops / nbytes if nbytes else 0.0,
+        "log_flops": math.log1p(flops), "log_bytes": math.log1p(nbytes),
+        "itemsize": float(itemsizes[0]) if itemsizes else float("nan"),
+        "channels_last": float(any(t.memory_format == "channels_last" for t in ins)),
+        "contiguous": float(all(t.memory_format == "contiguous" for t in ins)),
+        "n_inputs": float(len(ins)), "numel_out": numel_out,
+        "log_numel_out": math.log1p(numel_out), "roofline_s": roof,
+        "log_roofline_us": math.log1p(roof * 1e6) if peaks else float("nan"),
+    }
+
+
+def features(record: OpRecord, peaks: dict | None = None) -> Features:
+    """The feature vector of one call, ordered as `feature_names(record_family(record))`.
+
+    Training and prediction both call this. Values a family cannot compute are NaN;
+    roofline features are NaN without `peaks`.
+    """
+    info = lookup(record.op)
+    family = record_family(record)
+    values = common_features(record, info, peaks)
+    specific = {} if family == "free" else (info or fallback_info()).features(record)
+    values.update({f"{family}.{k}": float(v) for k, v in specific.items()})
+    return {n: float(values.get(n, float("nan"))) for n in feature_names(family)}

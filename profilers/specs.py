@@ -1,0 +1,330 @@
+"""Model and input specs: turn `torchvision:resnet18` or `int64:1x128` into a module and inputs.
+
+A model spec names where a model comes from (torchvision, timm, a transformers config, a Python
+file with a factory, a torch.export archive). `load_model` builds it in eval mode with default
+inputs for its kind, a `family` (used to hold whole families out of evaluation) and, for
+token models, the vocabulary size. With `meta=True` the module is built on the meta device (no
+weight init, fast) - enough for capture, which replaces every parameter with a fake anyway.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import os
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from profilers.errors import SpecError
+from profilers.oprecord import TensorSpec, _contiguous_strides, dtype_from_name
+
+_DEFAULT_IMAGE = (1, 3, 224, 224)
+_DEFAULT_TOKENS = (1, 128)
+_UNKNOWN_VOCAB = 1000
+
+
+# ---------------------------------------------------------------- input specs
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One model input: a shape and a dtype name; the text form is `1x3x224x224`/`int64:1x128`."""
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+    def __str__(self) -> str:
+        dims = "x".join(str(d) for d in self.shape)
+        return dims if self.dtype == "float32" else f"{self.dtype}:{dims}"
+
+    @property
+    def is_floating(self) -> bool:
+        return dtype_from_name(self.dtype).is_floating_point
+
+    def with_batch(self, n: int) -> InputSpec:
+        if n < 1:
+            raise SpecError(f"batch must be at least 1, got {n}")
+        if not self.shape:
+            raise SpecError(f"input {self} is a scalar; it has no batch dimension to set")
+        return replace(self, shape=(n, *self.shape[1:]))
+
+    def tensor_spec(self, device_type: str = "cpu") -> TensorSpec:
+        return TensorSpec(self.shape, _contiguous_strides(self.shape), self.dtype, device_type)
+
+    def make(self, device: str = "cpu", vocab: int | None = None) -> torch.Tensor:
+        """A real tensor: normal values for floats, random ids in [0, vocab) for integers."""
+        dtype = dtype_from_name(self.dtype)
+        if dtype.is_floating_point:
+            return torch.randn(self.shape, dtype=dtype, device=device)
+        if dtype == torch.bool:
+            return torch.ones(self.shape, dtype=dtype, device=device)
+        return torch.randint(0, vocab or _UNKNOWN_VOCAB, self.shape, dtype=dtype, device=device)
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> InputSpec:
+        return cls(tuple(int(s) for s in t.shape), str(t.dtype).removeprefix("torch."))
+
+
+def parse_input_spec(text: str) -> InputSpec:
+    """`1x3x224x224` (float32) or `int64:1x128` as an InputSpec; SpecError on anything else."""
+    hint = "expected e.g. 1x3x224x224 or int64:1x128"
+    dtype, sep, dims = text.strip().rpartition(":")
+    dtype = dtype if sep else "float32"
+    if not isinstance(getattr(torch, dtype, None), torch.dtype):
+        raise SpecError(f"bad input spec {text!r}: unknown dtype {dtype!r}; {hint}")
+    parts = dims.lower().split("x")
+    if not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise SpecError(f"bad input spec {text!r}: dimensions must be positive integers; {hint}")
+    return InputSpec(tuple(int(p) for p in parts), dtype)
+
+
+def _as_input_spec(value: InputSpec | str | torch.Tensor) -> InputSpec:
+    if isinstance(value, InputSpec):
+        return value
+    if isinstance(value, str):
+        return parse_input_spec(value)
+    if isinstance(value, torch.Tensor):
+        return InputSpec.of(value)
+    raise SpecError(f"an input must be a tensor or an input spec string, got {type(value).__name__}")
+
+
+# ---------------------------------------------------------------- model specs
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to call as `model(*inputs)`, in eval mode, with what is known about it."""
+
+    spec: str
+    model: nn.Module
+    inputs: list[InputSpec]
+    vocab: int | None = None
+    preprocess: Callable | None = None
+    postprocess: Callable | None = None
+    family: str = ""
+    built_on: str = "cpu"  # "meta" when built without weights; capture needs no more
+
+    def make_inputs(self, device: str = "cpu") -> list[torch.Tensor]:
+        return [s.make(device, self.vocab) for s in self.inputs]
+
+
+@dataclass
+class _Built:
+    model: nn.Module
+    inputs: list[InputSpec]
+    family: str
+    vocab: int | None = None
+    preprocess: Callable | None = None
+    postprocess: Callable | None = None
+
+
+def load_model(
+    spec: str,
+    *,
+    inputs: list[InputSpec | str] | None = None,
+    batch: int | None = None,
+    meta: bool = False,
+) -> LoadedModel:
+    """Build the model a spec names, in eval mode; `batch` overrides every input's first dim."""
+    builder, can_meta = _builder_for(spec)
+    built, built_on = _build(builder, meta and can_meta)
+    chosen = [_as_input_spec(i) for i in inputs] if inputs else built.inputs
+    if not chosen:
+        raise SpecError(f"{spec}: no default inputs for this model; pass them with --input")
+    if batch is not None:
+        chosen = [i.with_batch(batch) for i in chosen]
+    return LoadedModel(spec, _eval(built.model), chosen, built.vocab, built.preprocess,
+                       built.postprocess, built.family, built_on)
+
+
+def _eval(model: nn.Module) -> nn.Module:
+    try:
+        return model.eval()
+    except NotImplementedError:  # an exported program keeps the mode it was exported in
+        return model
+
+
+def _build(builder: Callable[[], _Built], meta: bool) -> tuple[_Built, str]:
+    """Build on meta when asked; a constructor that needs real values (.item()) falls back."""
+    if meta:
+        try:
+            with torch.device("meta"):
+                return builder(), "meta"
+        except Exception:  # noqa: BLE001 - a real build fails again with its own error if bad
+            pass
+    return builder(), "cpu"
+
+
+def _builder_for(spec: str) -> tuple[Callable[[], _Built], bool]:
+    """The function that builds a spec, and whether it can build on meta."""
+    kind, sep, name = spec.partition(":")
+    if spec.endswith(".pt2"):
+        return (lambda: _build_pt2(Path(spec))), False  # loaded with its weights, not built
+    if sep and kind == "torchvision":
+        return (lambda: _build_torchvision(name)), True
+    if sep and kind == "timm":
+        return (lambda: _build_timm(name)), True
+    if sep and kind == "hf":
+        return (lambda: _build_hf(name)), True
+    path, sep, factory = spec.rpartition(":")
+    if sep and path.endswith(".py"):
+        return (lambda: _build_file(Path(path), factory)), True
+    raise SpecError(
+        f"unknown model spec {spec!r}; use torchvision:NAME, timm:NAME, hf:MODEL_TYPE, "
+        "path/to/file.py:FACTORY or model.pt2")
+
+
+def family_of(name: str) -> str:
+    """The architecture family in a model name: resnet18 -> resnet, mobilenetv3_small -> mobilenet."""
+    name = name.lower().split(".")[0].removeprefix("tf_")
+    if name.startswith("wide_resnet"):
+        return "wide_resnet"
+    match = re.match(r"[a-z]+?(?=v?\d|_|$)", name)
+    return match.group(0) if match else name
+
+
+def _unknown(kind: str, name: str, known: list[str], what_to_do: str) -> SpecError:
+    close = difflib.get_close_matches(name, known, n=5, cutoff=0.5)
+    did_you_mean = f"; did you mean: {', '.join(close)}" if close else ""
+    return SpecError(f"unknown {kind} model {name!r}{did_you_mean}; {what_to_do}")
+
+
+def list_torchvision_classification() -> list[str]:
+    import torchvision
+
+    return sorted(torchvision.models.list_models(module=torchvision.models))
+
+
+def _build_torchvision(name: str) -> _Built:
+    import torchvision
+
+    classification = list_torchvision_classification()
+    if name not in classification:
+        if name in torchvision.models.list_models():
+            raise SpecError(f"torchvision:{name} is not a classification model; only "
+                            "classification is supported, wrap others in a file.py:FACTORY")
+        raise _unknown("torchvision", name, classification,
+                       "see torchvision.models.list_models(module=torchvision.models)")
+    model = torchvision.models.get_model(name, weights=None)
+    return _Built(model, [InputSpec(_DEFAULT_IMAGE)], family_of(name))
+
+
+def _build_timm(name: str) -> _Built:
+    import timm
+
+    if not timm.is_model(name):
+        raise _unknown("timm", name, timm.list_models(), "see timm.list_models()")
+    model = timm.create_model(name, pretrained=False)
+    size = (getattr(model, "pretrained_cfg", None) or {}).get("input_size", _DEFAULT_IMAGE[1:])
+    return _Built(model, [InputSpec((1, *size))], family_of(name))
+
+
+class HFTensorForward(nn.Module):
+    """Call a transformers model with token ids only and return a tensor, not a ModelOutput."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        out = self.model(input_ids=input_ids)
+        for name in ("last_hidden_state", "logits"):
+            value = getattr(out, name, None)
+            if isinstance(value, torch.Tensor):
+                return value
+        return out[0]
+
+
+def _build_hf(model_type: str) -> _Built:
+    # Specs never download: a config's defaults are all hf: uses.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import transformers
+
+    known = sorted(transformers.CONFIG_MAPPING.keys())
+    if model_type not in known:
+        raise _unknown("hf", model_type, known, "hf: takes a transformers model_type such as bert")
+    config = transformers.AutoConfig.for_model(model_type)
+    try:
+        model = transformers.AutoModel.from_config(config)
+    except (ValueError, KeyError) as e:
+        raise SpecError(f"hf:{model_type} has no plain AutoModel: {_one_line(e)}") from e
+    vocab = getattr(config, "vocab_size", None)
+    return _Built(HFTensorForward(model), [InputSpec(_DEFAULT_TOKENS, "int64")], model_type,
+                  vocab=vocab)
+
+
+def _build_file(path: Path, factory: str) -> _Built:
+    if not path.is_file():
+        raise SpecError(f"model file {path} does not exist; give path/to/file.py:FACTORY")
+    module = _import_file(path)
+    fn = getattr(module, factory, None)
+    if not callable(fn):
+        names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+        raise _unknown(f"{path.name}", factory, names, f"define {factory}() in {path}")
+    try:
+        made = fn()
+    except SpecError:
+        raise
+    except Exception as e:
+        raise SpecError(f"{path.name}:{factory}() failed: {_one_line(e)}") from e
+    return _from_factory_result(made, f"{path.name}:{factory}", family_of(factory))
+
+
+def _import_file(path: Path) -> Any:
+    name = f"_hwlat_user_model_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise SpecError(f"cannot import {path}; is it a Python file?")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look their module up here
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        del sys.modules[name]
+        raise SpecError(f"importing {path} failed: {_one_line(e)}") from e
+    return module
+
+
+def _from_factory_result(made: Any, where: str, family: str) -> _Built:
+    if isinstance(made, nn.Module):
+        return _Built(made, [], family)
+    if not isinstance(made, dict) or not isinstance(made.get("model"), nn.Module):
+        raise SpecError(f"{where} must return an nn.Module or a dict with 'model' (an nn.Module), "
+                        f"'inputs' and optionally 'preprocess'/'postprocess'; got {type(made).__name__}")
+    inputs = [_as_input_spec(i) for i in made.get("inputs") or []]
+    return _Built(made["model"], inputs, made.get("family", family), made.get("vocab"),
+                  made.get("preprocess"), made.get("postprocess"))
+
+
+def _build_pt2(path: Path) -> _Built:
+    if not path.is_file():
+        raise SpecError(f"exported model {path} does not exist; save one with torch.export.save")
+    try:
+        program = torch.export.load(str(path))
+    except Exception as e:
+        raise SpecError(f"cannot load {path} as a torch.export archive: {_one_line(e)}") from e
+    return _Built(program.module(), _exported_inputs(program), family_of(path.stem))
+
+
+def _exported_inputs(program: Any) -> list[InputSpec]:
+    """The user inputs an exported program was traced with, from its placeholders' metadata."""
+    names = set(program.graph_signature.user_inputs)
+    specs = []
+    for node in program.graph.nodes:
+        value = node.meta.get("val")
+        if node.op == "placeholder" and node.name in names and isinstance(value, torch.Tensor):
+            specs.append(InputSpec.of(value))
+    return specs
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": ")

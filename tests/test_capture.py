@@ -1,0 +1,169 @@
+"""Capture on fake tensors must see exactly the ops a real CPU forward dispatches."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+from profilers.capture import capture, capture_spec, record_real
+from profilers.errors import CaptureError
+from profilers.oprecord import OpRecord
+from profilers.specs import InputSpec, load_model
+
+
+def _real_model(name: str) -> nn.Module:
+    torch.manual_seed(0)
+    return torchvision.models.get_model(name, weights=None).eval()
+
+
+def _assert_same(captured: list[OpRecord], real: list[OpRecord]) -> None:
+    assert [r.op for r in captured] == [r.op for r in real]
+    for c, r in zip(captured, real, strict=True):
+        assert c == r, f"first difference at {c.op} in {c.module!r}"
+
+
+@pytest.mark.parametrize("name, grad_mode", [
+    ("resnet18", "inference"), ("resnet18", "no_grad"), ("mobilenet_v3_small", "inference"),
+    ("squeezenet1_0", "inference"), ("shufflenet_v2_x0_5", "inference"),
+    ("efficientnet_b0", "inference"),
+])
+def test_cnn_capture_matches_real_cpu_run(name: str, grad_mode: str) -> None:
+    model = _real_model(name)
+    inputs = [InputSpec((1, 3, 64, 64))]
+    captured = capture(model, inputs, grad_mode=grad_mode)
+    assert len(captured) > 50
+    _assert_same(captured, record_real(model, inputs, grad_mode=grad_mode))
+
+
+class _SelfAttention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(64, 4, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attn(x, x, x, need_weights=False)[0]
+
+
+@pytest.mark.parametrize("grad_mode", ["inference", "no_grad"])
+def test_transformer_encoder_takes_the_fused_fast_path(grad_mode: str) -> None:
+    layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
+    encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    inputs = [InputSpec((2, 10, 64))]
+    captured = capture(encoder, inputs, grad_mode=grad_mode)
+    # Hooks on the layers would disable this path: capture must not attach any.
+    assert [r.op for r in captured] == ["aten._transformer_encoder_layer_fwd.default"] * 2
+    assert [r.module for r in captured] == ["layers.0", "layers.1"]
+    _assert_same(captured, record_real(encoder, inputs, grad_mode=grad_mode))
+
+
+def test_multihead_attention_fast_path() -> None:
+    model = _SelfAttention().eval()
+    inputs = [InputSpec((2, 10, 64))]
+    captured = capture(model, inputs)
+    assert [r.op for r in captured] == ["aten._native_multi_head_attention.default"]
+    _assert_same(captured, record_real(model, inputs))
+
+
+def test_depthwise_conv_channels_last() -> None:
+    model = nn.Sequential(nn.Conv2d(32, 32, 3, padding=1, groups=32), nn.ReLU(),
+                          nn.MaxPool2d(2)).eval()
+    captured = capture(model, [InputSpec((1, 32, 28, 28))], channels_last=True)
+    assert all(r.outputs[0].memory_format == "channels_last" for r in captured)
+    real_model = model.to(memory_format=torch.channels_last)
+    x = torch.randn(1, 32, 28, 28).to(memory_format=torch.channels_last)
+    _assert_same(captured, record_real(real_model, [x]))
+
+
+def test_hf_bert_matches_up_to_strides_of_size_one_dims() -> None:
+    """Real CPU `view` picks other strides for size-1 dims than the fake kernels; they address
+    no memory. Everything else (ops, shapes, dtypes, the other strides) must match."""
+    loaded = load_model("hf:bert", inputs=["int64:1x16"])
+    captured = capture(loaded.model, loaded.inputs)
+    real = record_real(loaded.model, loaded.inputs, vocab=loaded.vocab)
+    assert [r.op for r in captured] == [r.op for r in real]
+    assert "aten.scaled_dot_product_attention.default" in {r.op for r in captured}
+
+    def canon(r: OpRecord) -> list:
+        return [(t.shape, tuple(s for s, n in zip(t.stride, t.shape, strict=True) if n != 1),
+                 t.dtype) for t in (*r.inputs, *r.outputs)] + [r.module]
+
+    assert [canon(r) for r in captured] == [canon(r) for r in real]
+
+
+def test_grad_modes_dispatch_different_ops() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten(), nn.LazyLinear(4))
+    model(torch.randn(1, 3, 8, 8))  # materialize the lazy layer
+    model.eval()
+    ops = {m: {r.op for r in capture(model, [InputSpec((1, 3, 8, 8))], grad_mode=m)}
+           for m in ("inference", "no_grad", "grad")}
+    assert {"aten.conv2d.default", "aten.linear.default"} <= ops["inference"]
+    assert {"aten.convolution.default", "aten.t.default", "aten.addmm.default"} <= ops["no_grad"]
+    assert "aten.conv2d.default" not in ops["no_grad"]
+    with pytest.raises(CaptureError, match="grad mode"):
+        capture(model, [InputSpec((1, 3, 8, 8))], grad_mode="train")
+
+
+def test_cuda_target_on_any_machine() -> None:
+    model = _real_model("resnet18")
+    try:
+        captured = capture(model, [InputSpec((1, 3, 64, 64))], device_type="cuda", dtype="float16")
+    except CaptureError as e:  # acceptable only as a clean one-line error
+        assert "\n" not in str(e)
+        return
+    assert {r.device_type for r in captured} == {"cuda"}
+    assert {r.dtype for r in captured} == {"float16"}
+    assert len(captured) == len(capture(model, [InputSpec((1, 3, 64, 64))]))
+
+
+class _Broken(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("shape mismatch\nsecond line")
+
+
+def test_failure_names_the_module_and_op() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.ReLU(), _Broken()))
+    with pytest.raises(CaptureError, match=r"module '1\.1' \(_Broken\).*shape mismatch") as err:
+        capture(model, [InputSpec((1, 4))])
+    assert "\n" not in str(err.value)
+    wrong = nn.Sequential(nn.Identity(), nn.Linear(8, 4))
+    with pytest.raises(CaptureError, match=r"module '1' \(Linear\) at aten\.linear\.default"):
+        capture(wrong, [InputSpec((1, 4))])
+
+
+def test_value_dependent_forward_is_a_capture_error() -> None:
+    class Branchy(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x if x.sum() > 0 else -x
+
+    with pytest.raises(CaptureError, match="depends on tensor values"):
+        capture(Branchy(), [InputSpec((2, 2))])
+
+
+def test_capture_leaves_the_model_untouched() -> None:
+    from torch.nn.modules import module as nn_module
+
+    model = _real_model("resnet18")
+    before = {k: (v, v.clone()) for k, v in model.state_dict(keep_vars=True).items()}
+    hooks = (len(nn_module._global_forward_pre_hooks), len(nn_module._global_forward_hooks))
+    capture(model, [InputSpec((1, 3, 32, 32))], device_type="cuda", dtype="float16",
+            channels_last=True)
+    with pytest.raises(CaptureError):
+        capture(model, [InputSpec((1, 5, 32, 32))])
+    after = model.state_dict(keep_vars=True)
+    assert after.keys() == before.keys()
+    for k, (tensor, values) in before.items():
+        assert after[k] is tensor and torch.equal(after[k], values)
+    assert (len(nn_module._global_forward_pre_hooks), len(nn_module._global_forward_hooks)) == hooks
+    assert model(torch.randn(1, 3, 32, 32)).shape == (1, 1000)
+
+
+def test_capture_spec_and_json_round_trip() -> None:
+    result = capture_spec("torchvision:resnet18", batch=2)
+    assert result.built_on == "meta" and result.family == "resnet"
+    assert result.inputs == [InputSpec((2, 3, 224, 224))]
+    assert len(result.ops) == 69 and result.capture_s > 0
+    assert result.ops[0].op == "aten.conv2d.default" and result.ops[0].module == "conv1"
+    assert result.ops[0].outputs[0].shape == (2, 64, 112, 112)
+    assert all(OpRecord.from_json(r.to_json()) == r for r in result.ops)

@@ -1,0 +1,122 @@
+"""The fingerprint of this machine, its id rules, and a quick peak measurement."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import pytest
+import torch
+
+from profilers.errors import DeviceError
+from profilers.fingerprint import (
+    DeviceFingerprint,
+    _parse_size,
+    _slug,
+    cpu_caches,
+    fingerprint,
+    measure_peaks,
+)
+
+
+@pytest.fixture(scope="module")
+def fp() -> DeviceFingerprint:
+    return fingerprint("cpu", threads=1)
+
+
+def test_cpu_fingerprint_has_sane_fields(fp):
+    assert fp.kind == "cpu" and fp.gpu is None
+    assert fp.model
+    assert 1 <= fp.cores["physical"] <= fp.cores["logical"] <= (os.cpu_count() or 1)
+    assert fp.threads == 1
+    assert fp.isa[-1] == "torch:" + torch.backends.cpu.get_cpu_capability().lower()
+    assert fp.versions["torch"] == torch.__version__
+    assert fp.versions["python"].count(".") == 2
+    if os.path.exists("/sys/devices/system/cpu/cpu0/cache"):
+        assert fp.caches["l2"] > fp.caches["l1d"] > 0
+        assert fp.l2_bytes == fp.caches["l2"]
+
+
+def test_isa_agrees_with_proc_cpuinfo(fp):
+    with open("/proc/cpuinfo") as f:
+        flags = next(line for line in f if line.startswith(("flags", "Features"))).split()
+    for feature in fp.isa[:-1]:
+        assert feature in flags
+    if "avx2" in flags:
+        assert "avx2" in fp.isa
+
+
+def test_device_id_is_stable_and_depends_on_threads(fp):
+    again = fingerprint("cpu", threads=1)
+    assert again.device_id == fp.device_id
+    two = fingerprint("cpu", threads=2)
+    assert two.device_id != fp.device_id
+    assert fp.device_id.startswith(f"cpu-{_slug(fp.model)}-{fp.cores['physical']}c-t1-")
+    assert two.device_id.split("-t2-")[0] == fp.device_id.split("-t1-")[0]
+
+
+def test_device_id_ignores_versions_but_not_hardware(fp):
+    upgraded = dataclasses.replace(fp, versions={**fp.versions, "torch": "9.9.9"})
+    assert upgraded.device_id == fp.device_id
+    other_capability = dataclasses.replace(fp, isa=fp.isa[:-1] + ("torch:default",))
+    assert other_capability.device_id == fp.device_id
+    bigger_l2 = dataclasses.replace(fp, caches={**fp.caches, "l2": 4 << 20})
+    assert bigger_l2.device_id != fp.device_id
+    fewer_features = dataclasses.replace(fp, isa=("sse4_2",))
+    assert fewer_features.device_id != fp.device_id
+
+
+def test_json_round_trip(fp):
+    d = json.loads(json.dumps(fp.to_json()))
+    assert d["device_id"] == fp.device_id
+    restored = DeviceFingerprint.from_json(d)
+    assert restored == fp and restored.device_id == fp.device_id
+    assert hash(restored) == hash(fp)
+
+
+def test_slugs_drop_trademarks_and_clock():
+    assert _slug("Intel(R) Xeon(R) Platinum 8480+ CPU @ 2.00GHz") == "intel-xeon-platinum-8480"
+    assert _slug("AMD EPYC 9654 96-Core Processor") == "amd-epyc-9654-96"
+    assert _slug("NVIDIA H200") == "nvidia-h200"
+    assert _slug("") == "unknown"
+
+
+def test_cache_sizes_parse():
+    assert _parse_size("48K") == 48 << 10
+    assert _parse_size("32768K") == 32 << 20
+    assert _parse_size("2 MiB") == 2 << 20
+    assert all(v > 0 for v in cpu_caches().values())
+
+
+def test_unknown_device_is_a_device_error():
+    with pytest.raises(DeviceError, match="unknown device"):
+        fingerprint("npu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_cuda_without_gpu_raises_device_error():
+    with pytest.raises(DeviceError, match="no NVIDIA GPU visible"):
+        fingerprint("cuda")
+    with pytest.raises(DeviceError, match="no NVIDIA GPU visible"):
+        measure_peaks("cuda", budget_s=0.1)
+
+
+def test_peaks_with_a_tiny_budget_are_positive():
+    peaks = measure_peaks("cpu", threads=1, dtypes=("float32", "bfloat16"), budget_s=0.3)
+    assert peaks["threads"] == 1 and peaks["device"] == "cpu"
+    assert peaks["gflops"]["float32"] > 0
+    assert set(peaks["gflops"]) | set(peaks["skipped_dtypes"]) == {"float32", "bfloat16"}
+    assert all(v > 0 for v in peaks["gflops"].values())
+    assert peaks["gbps"] > 0
+    assert set(peaks["noise"]) == set(peaks["gflops"]) | {"copy"}
+    assert peaks["measured_at"].endswith("+00:00") and peaks["method"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_cuda_fingerprint_on_a_gpu():
+    fp = fingerprint("cuda")
+    assert fp.kind == "cuda" and fp.gpu["memory_total_bytes"] > 0 and fp.gpu["sm_count"] > 0
+    assert fp.device_id.startswith("cuda-") and fp.device_id == fingerprint("cuda").device_id
+    assert fp.isa[0].startswith("sm_")

@@ -1,0 +1,190 @@
+"""The op registry: exact FLOP and byte counts, families, coverage of the reference ops."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from profilers import ops
+from profilers.capture import record_real
+from profilers.errors import HwlatError
+from profilers.oprecord import OpRecord, TensorSpec
+
+REFERENCE = Path(__file__).resolve().parents[1] / "data" / "reference_ops.json"
+
+
+def spec(*shape: int, dtype: str = "float32", stride: tuple[int, ...] | None = None) -> TensorSpec:
+    if stride is None:
+        stride = torch.empty(shape, device="meta").stride()
+    return TensorSpec(tuple(shape), tuple(stride), dtype)
+
+
+def conv(x: TensorSpec, w: TensorSpec, out: TensorSpec, *, stride=(1, 1), padding=(0, 0),
+         groups=1, transposed=False) -> OpRecord:
+    return OpRecord("aten.convolution.default",
+                    (x, w, None, list(stride), list(padding), [1, 1], transposed, [0, 0], groups),
+                    outputs=(out,))
+
+
+def torch_flops(fn, *args, **kwargs) -> int:
+    """PyTorch's own flop counter on a real call, to check our conventions match it."""
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        fn(*args, **kwargs)
+    return counter.get_total_flops()
+
+
+def test_conv_flops_exact_and_match_torch():
+    rec = conv(spec(1, 3, 8, 8), spec(4, 3, 3, 3), spec(1, 4, 8, 8), padding=(1, 1))
+    assert ops.flops_of(rec) == 2 * 4 * 3 * 3 * 3 * 8 * 8 == 13824
+    x, w = torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3)
+    assert ops.flops_of(rec) == torch_flops(F.conv2d, x, w, padding=1)
+
+
+def test_grouped_and_strided_depthwise_conv_flops():
+    grouped = conv(spec(2, 8, 8, 8), spec(8, 2, 3, 3), spec(2, 8, 8, 8), padding=(1, 1), groups=4)
+    assert ops.flops_of(grouped) == 2 * 2 * (8 * 2 * 9) * 64
+    assert ops.flops_of(grouped) == torch_flops(
+        F.conv2d, torch.randn(2, 8, 8, 8), torch.randn(8, 2, 3, 3), padding=1, groups=4)
+    dw = conv(spec(1, 8, 8, 8), spec(8, 1, 3, 3), spec(1, 8, 4, 4), stride=(2, 2),
+              padding=(1, 1), groups=8)
+    assert ops.flops_of(dw) == 2 * (8 * 9) * 16 == 2304
+    f = ops.features(dw)
+    assert (f["conv.depthwise"], f["conv.stride_h"], f["conv.Hout"], f["conv.groups"]) == (1, 2, 4, 8)
+
+
+def test_transposed_conv_flops_use_input_positions():
+    rec = conv(spec(1, 4, 4, 4), spec(4, 2, 2, 2), spec(1, 2, 8, 8), stride=(2, 2), transposed=True)
+    assert ops.flops_of(rec) == 2 * (4 * 2 * 2 * 2) * 16 == 1024
+    assert ops.flops_of(rec) == torch_flops(
+        F.conv_transpose2d, torch.randn(1, 4, 4, 4), torch.randn(4, 2, 2, 2), stride=2)
+    assert ops.features(rec)["conv.transposed"] == 1.0
+
+
+def test_addmm_bmm_linear_flops():
+    addmm = OpRecord("aten.addmm.default", (spec(5), spec(3, 7), spec(7, 5)), outputs=(spec(3, 5),))
+    assert ops.flops_of(addmm) == 2 * 3 * 7 * 5 == 210
+    assert ops.flops_of(addmm) == torch_flops(torch.addmm, torch.randn(5), torch.randn(3, 7),
+                                              torch.randn(7, 5))
+    bmm = OpRecord("aten.bmm.default", (spec(4, 3, 7), spec(4, 7, 5)), outputs=(spec(4, 3, 5),))
+    assert ops.flops_of(bmm) == 2 * 4 * 3 * 7 * 5 == 840
+    linear = OpRecord("aten.linear.default", (spec(2, 3, 7), spec(5, 7), spec(5)),
+                      outputs=(spec(2, 3, 5),))
+    assert ops.flops_of(linear) == 2 * 6 * 7 * 5
+    f = ops.features(bmm)
+    assert (f["matmul.batch"], f["matmul.M"], f["matmul.N"], f["matmul.K"]) == (4, 3, 5, 7)
+
+
+def test_einsum_flops_match_the_equivalent_bmm():
+    rec = OpRecord("aten.einsum.default", ("b i d, b j d -> b i j", [spec(4, 3, 7), spec(4, 5, 7)]),
+                   outputs=(spec(4, 3, 5),))
+    assert ops.flops_of(rec) == 2 * 4 * 3 * 7 * 5
+
+
+def test_sdpa_flops_and_features():
+    q, k, v = spec(2, 4, 8, 16), spec(2, 4, 10, 16), spec(2, 4, 10, 16)
+    rec = OpRecord("aten._scaled_dot_product_flash_attention_for_cpu.default", (q, k, v, 0.0, True),
+                   outputs=(spec(2, 4, 8, 16), spec(2, 4, 8)))
+    assert ops.flops_of(rec) == 2 * 2 * 4 * 8 * 10 * (16 + 16) == 40960
+    f = ops.features(rec)
+    assert (f["attention.heads"], f["attention.Lq"], f["attention.Lk"], f["attention.causal"]) == (
+        4, 8, 10, 1)
+
+
+def test_add_bytes_exact_with_broadcast():
+    rec = OpRecord("aten.add.Tensor", (spec(2, 3), spec(3)), outputs=(spec(2, 3),))
+    assert ops.bytes_of(rec) == 24 + 12 + 24
+    expanded = OpRecord("aten.add.Tensor", (spec(2, 3), spec(2, 3, stride=(0, 1))),
+                        outputs=(spec(2, 3),))
+    assert ops.bytes_of(expanded) == 24 + 12 + 24  # a stride-0 input is read once
+    half = OpRecord("aten.add.Tensor", (spec(2, 3, dtype="float16"),) * 2,
+                    outputs=(spec(2, 3, dtype="float16"),))
+    assert ops.bytes_of(half) == 36 and ops.flops_of(half) == 6
+
+
+def test_views_are_free_and_move_no_bytes():
+    for rec in (OpRecord("aten.view.default", (spec(2, 6), [3, 4]), outputs=(spec(3, 4),)),
+                OpRecord("aten.permute.default", (spec(2, 3, 4), [2, 0, 1]),
+                         outputs=(spec(4, 2, 3, stride=(1, 12, 4)),))):
+        assert ops.lookup(rec.op).free and ops.is_free(rec)
+        assert ops.bytes_of(rec) == 0 and ops.flops_of(rec) == 0
+        assert ops.record_family(rec) == "free"
+        assert list(ops.features(rec)) == ops.feature_names("free")
+
+
+def test_reshape_is_free_only_when_it_is_a_view():
+    view = OpRecord("aten.reshape.default", (spec(2, 6), [3, 4]), outputs=(spec(3, 4),))
+    copy = OpRecord("aten.reshape.default", (spec(6, 2, stride=(1, 6)), [12]), outputs=(spec(12),))
+    assert ops.record_family(view) == "free" and ops.bytes_of(view) == 0
+    assert ops.record_family(copy) == "data" and ops.bytes_of(copy) == 96
+    eval_dropout = OpRecord("aten.dropout.default", (spec(4), 0.5, False), outputs=(spec(4),))
+    assert ops.is_free(eval_dropout)
+
+
+def test_every_reference_op_is_registered():
+    ref = json.loads(REFERENCE.read_text())
+    seen = set(ref["ops"]) | set(ref["ops_no_grad"])
+    assert len(seen) > 50
+    missing = sorted(op for op in seen if ops.lookup(op) is None)
+    assert missing == []
+    for op in seen:
+        assert ops.family_of(op) in ops.FAMILIES
+
+
+def test_user_override_takes_effect():
+    old = ops.REGISTRY["aten.add"]
+    rec = OpRecord("aten.add.Tensor", (spec(2, 3), spec(2, 3)), outputs=(spec(2, 3),))
+    with pytest.raises(HwlatError):
+        ops.register("aten.add", old)
+    try:
+        ops.register("aten.add.Tensor", ops.OpInfo("eltwise", flops=lambda r: 42.0), override=True)
+        assert ops.flops_of(rec) == 42.0
+        assert ops.flops_of(OpRecord("aten.add_.Tensor", rec.args, outputs=rec.outputs)) == 6
+    finally:
+        del ops.REGISTRY["aten.add.Tensor"]
+    assert ops.flops_of(rec) == 6
+
+
+def test_unknown_op_is_never_free():
+    rec = OpRecord("aten.my_custom_op.default", (spec(4, 4),), outputs=(spec(4, 4),))
+    assert ops.lookup(rec.op) is None
+    assert ops.family_of(rec.op) == ops.UNKNOWN == ops.record_family(rec)
+    assert not ops.is_free(rec)
+    assert ops.bytes_of(rec) == 128 and ops.flops_of(rec) == 16  # the stated fallback
+    assert ops.roofline_s(rec, {"gflops": {"float32": 1.0}, "gbps": 1.0}) > 0
+    assert list(ops.features(rec)) == ops.feature_names(ops.UNKNOWN)
+
+
+def test_roofline_uses_dtype_peak_with_float32_fallback():
+    rec = OpRecord("aten.mm.default", (spec(64, 64), spec(64, 64)), outputs=(spec(64, 64),))
+    peaks = {"gflops": {"float32": 100.0, "float16": 400.0}, "gbps": 10.0}
+    flops, nbytes = 2 * 64**3, 3 * 64 * 64 * 4
+    assert ops.roofline_s(rec, peaks) == pytest.approx(max(flops / 100e9, nbytes / 10e9))
+    bf16 = OpRecord("aten.mm.default", (spec(64, 64, dtype="bfloat16"),) * 2,
+                    outputs=(spec(64, 64, dtype="bfloat16"),))
+    assert ops.roofline_s(bf16, peaks) == pytest.approx(max(flops / 100e9, nbytes / 2 / 10e9))
+
+
+def test_feature_names_are_stable_and_complete_on_real_records():
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(8 * 4 * 4, 10),
+        torch.nn.Softmax(-1)).eval()
+    records = record_real(model, [torch.randn(1, 3, 8, 8)])
+    families = set()
+    for rec in records:
+        family = ops.record_family(rec)
+        families.add(family)
+        f = ops.features(rec, {"gflops": {"float32": 50.0}, "gbps": 20.0})
+        assert list(f) == ops.feature_names(family)
+        assert f["roofline_s"] > 0 or family == "free"
+        assert all(not math.isnan(f[n]) for n in ops.feature_names(family)[:11])
+    assert {"conv", "norm", "eltwise", "pool", "matmul", "reduce"} <= families
+    assert ops.feature_names("conv") == ops.feature_names("conv")
+    with pytest.raises(HwlatError):
+        ops.feature_names("nope")

@@ -1,0 +1,214 @@
+"""predictor.e2e, predictor.correction, predictor.baselines.
+
+Real op lists (captured from small torchvision models and random modules) against a tiny
+database whose latencies follow a known formula; whole-model "measurements" follow a known
+correction, so the fit can be checked against it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from kernels_db.store import KernelDB
+from predictor import e2e
+from predictor.baselines import FlopsLinear, RooflineScaled
+from predictor.correction import Correction, ModelRow, fit_correction
+from predictor.e2e import Predictor
+from predictor.features import roofline_s
+from profilers import ops, sampling
+from profilers.capture import capture_spec
+from profilers.errors import NotFittedError, UnmodelledOpError
+from profilers.oprecord import OpRecord, TensorSpec
+
+PEAKS = {"gflops": {"float32": 50.0}, "gbps": 10.0}
+SMALL_INPUT = ["1x3x32x32"]
+
+
+def synthetic_s(record: OpRecord) -> float:
+    return 1.7 * roofline_s(record, PEAKS) + 4e-6
+
+
+@pytest.fixture(scope="module")
+def training_records():
+    records = []
+    for family, n in (("conv", 40), ("matmul", 15), ("eltwise", 15), ("norm", 10), ("pool", 10)):
+        records += sampling.random_records(family, n, seed=5)
+    return list({r.key: r for r in records}.values())
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    return capture_spec("torchvision:resnet18", inputs=SMALL_INPUT)
+
+
+def add_measured(db: KernelDB, records, scale: float = 1.0) -> None:
+    db.add_configs("dev1", [(r.key, r.op, ops.family_of(r.op), r.dtype, "random", r.to_json())
+                            for r in records])
+    ids = db.config_ids("dev1")
+    for r in records:
+        db.add_measurement(ids[r.key], None, [scale * synthetic_s(r)] * 3, flushed=True,
+                           threads=1, noisy=False)
+
+
+@pytest.fixture(scope="module")
+def db_path(tmp_path_factory, training_records):
+    path = tmp_path_factory.mktemp("db") / "k.db"
+    with KernelDB.open(path) as db:
+        db.upsert_device({"t": 1}, device_id="dev1", kind="cpu", threads=1, name="box",
+                         peaks=PEAKS)
+        add_measured(db, training_records)
+    return path
+
+
+@pytest.fixture(scope="module")
+def predictor(db_path, tmp_path_factory):
+    with KernelDB.open(db_path) as db:
+        return Predictor.for_device(db, "box", cache_dir=tmp_path_factory.mktemp("cache"))
+
+
+def unknown_op(n: int) -> OpRecord:
+    t = TensorSpec((1, n), (n, 1), "float32")
+    return OpRecord("aten.hwlat_test_not_registered.default", (t,), {}, (t,), "head")
+
+
+# ------------------------------------------------------------------------------ per op
+
+
+def test_json_contract_and_per_family_sums_to_p50(predictor, resnet):
+    p = predictor.predict_captured(resnet)
+    data = json.loads(json.dumps(p.to_json()))
+    for key in ("latency_ms", "interval_ms", "device", "n_ops", "unmodelled", "per_family"):
+        assert key in data
+    assert data["device"] == "dev1" and data["n_ops"] == len(resnet.ops)
+    lo, hi = data["interval_ms"]
+    assert lo <= data["latency_ms"]["p50"] <= hi
+    assert sum(p.per_family.values()) == pytest.approx(p.p50_ms)
+    assert len(p.top_ops) == 10 and p.top_ops[0]["ms"] >= p.top_ops[-1]["ms"]
+    assert p.flops == pytest.approx(sum(ops.flops_of(r) for r in resnet.ops))
+    free = [r for r in resnet.ops if ops.is_free(r)]
+    assert p.n_timed_ops == len(resnet.ops) - len(free)
+
+
+def test_exact_measured_config_wins_over_the_model(db_path, tmp_path, resnet):
+    conv = max((r for r in resnet.ops if ops.family_of(r.op) == "conv"), key=synthetic_s)
+    with KernelDB.open(db_path) as src, KernelDB.open(tmp_path / "k.db") as db:
+        db.upsert_device({"t": 1}, device_id="dev1", kind="cpu", threads=1, peaks=PEAKS)
+        add_measured(db, [OpRecord.from_json(m.record) for m in src.configs("dev1")])
+        add_measured(db, [conv], scale=10.0)  # far from anything the model would say
+        p = Predictor.for_device(db, "dev1", cache_dir=tmp_path / "c").predict_captured(resnet)
+    top = p.top_ops[0]
+    assert top["source"] == "measured" and top["module"] == conv.module
+    assert top["ms"] == pytest.approx(10.0 * synthetic_s(conv) * 1e3)
+    assert 0 < p.measured_share < 1
+
+
+def test_unmodelled_ops_get_a_positive_fallback_and_are_listed(predictor, resnet):
+    ops_list = [*resnet.ops, unknown_op(4096), unknown_op(4096)]
+    p = predictor.predict_ops(ops_list, spec="x")
+    base = predictor.predict_ops(resnet.ops, spec="x")
+    [entry] = [u for u in p.unmodelled if u["op"] == "aten.hwlat_test_not_registered.default"]
+    assert entry["count"] == 2 and entry["estimated_ms"] > 0 and entry["reason"]
+    assert 0 < entry["share"] < 1
+    assert p.sum_ops_ms > base.sum_ops_ms and p.n_timed_ops == base.n_timed_ops + 2
+    with pytest.raises(UnmodelledOpError, match="hwlat_test_not_registered"):
+        predictor.predict_ops(ops_list, strict=True)
+
+
+def test_family_without_a_model_falls_back_with_a_reason(predictor):
+    attention = sampling.random_records("attention", 2, seed=1)
+    assert attention and "attention" not in predictor.models.models
+    p = predictor.predict_ops(attention)
+    assert p.unmodelled and all("no attention model" in u["reason"] for u in p.unmodelled
+                                if u["family"] == "attention")
+    assert p.p50_ms > 0
+
+
+def test_predict_many_matches_one_by_one(db_path, tmp_path):
+    specs = ["torchvision:squeezenet1_1", "torchvision:resnet18"]
+    with KernelDB.open(db_path) as db:
+        many = Predictor.for_device(db, "dev1", cache_dir=tmp_path).predict_many(specs)
+        single = [Predictor.for_device(db, "dev1", cache_dir=tmp_path).predict_spec(s)
+                  for s in specs]
+    for a, b in zip(many, single, strict=True):
+        assert a.spec == b.spec and a.n_ops == b.n_ops
+        assert a.p50_ms == pytest.approx(b.p50_ms, rel=1e-9)
+        assert a.interval_ms == pytest.approx(b.interval_ms, rel=1e-9)
+
+
+# --------------------------------------------------------------------------- correction
+
+
+def _rows(a: float, overhead_s: float, noise: float = 0.0) -> list[ModelRow]:
+    rng = np.random.default_rng(0)
+    rows = []
+    for i, (s, n) in enumerate([(0.004, 60), (0.020, 150), (0.001, 200), (0.050, 90),
+                                (0.010, 400), (0.002, 30)]):
+        y = (a * s + overhead_s * n) * math.exp(noise * rng.standard_normal())
+        rows.append(ModelRow(f"m{i}", f"fam{i % 3}", ("1x3x224x224",), y, s, n, 1e9 * s,
+                             s / 3, 1.0))
+    return rows
+
+
+def test_correction_recovers_known_scale_and_overhead():
+    c = fit_correction(_rows(1.1, 5e-6))
+    assert c.a == pytest.approx(1.1, rel=1e-6) and c.overhead_s == pytest.approx(5e-6, rel=1e-6)
+    assert c.n_models == 6 and abs(c.resid_lo) < 1e-9 and abs(c.resid_hi) < 1e-9
+    assert c.cv["lofo_mape"] < c.cv["plain_sum_mape"]
+
+
+def test_correction_band_reflects_residual_noise_and_identity_without_data():
+    c = fit_correction(_rows(1.0, 2e-6, noise=0.05))
+    assert c.resid_lo < 0 < c.resid_hi
+    assert fit_correction([]) == Correction()
+    assert Correction().apply(0.01, 100) == 0.01
+
+
+def test_for_device_fits_the_correction_once_and_then_reads_its_cache(tmp_path, db_path,
+                                                                     resnet, monkeypatch):
+    with KernelDB.open(db_path) as src, KernelDB.open(tmp_path / "k.db") as db:
+        db.upsert_device({"t": 1}, device_id="dev1", kind="cpu", threads=1, peaks=PEAKS)
+        add_measured(db, [OpRecord.from_json(m.record) for m in src.configs("dev1")])
+        for spec in ("torchvision:resnet18", "torchvision:squeezenet1_1"):
+            ops_list = capture_spec(spec, inputs=SMALL_INPUT).ops
+            timed = [r for r in ops_list if not ops.is_free(r)]
+            total = 1.2 * sum(map(synthetic_s, timed)) + 3e-6 * len(timed)
+            db.add_model_measurement("dev1", spec, spec.split(":")[1], {
+                "inputs": SMALL_INPUT, "batch": 1, "dtype": "float32", "threads": 1,
+                "device": "cpu"}, [total] * 5)
+        first = Predictor.for_device(db, "dev1", cache_dir=tmp_path / "c")
+        assert first.correction.n_models == 2 and first.correction.a > 0
+        monkeypatch.setattr(e2e, "capture_spec", _no_capture)
+        again = Predictor.for_device(db, "dev1", cache_dir=tmp_path / "c")
+    assert again.correction == first.correction
+    assert len(again.cached_model_rows()) == 2
+
+
+def _no_capture(*args, **kwargs):
+    raise AssertionError("the cached correction should be used")
+
+
+# ---------------------------------------------------------------------------- baselines
+
+
+def test_flops_linear_recovers_a_and_b():
+    rows = [ModelRow("m", "f", (), 2e-12 * f + 1e-3, 0.0, 1, f, 1.0, 0.0)
+            for f in (1e9, 4e9, 2e10)]
+    base = FlopsLinear().fit(rows)
+    assert base.a_ == pytest.approx(2e-12) and base.b_ == pytest.approx(1e-3)
+    assert base.predict_flops(1e10) == pytest.approx(0.021)
+
+
+def test_roofline_baseline_scale_and_not_fitted(resnet):
+    rows = [ModelRow("m", "f", (), 3 * r, 0.0, 1, 0.0, r, 0.0) for r in (0.001, 0.01)]
+    base = RooflineScaled(PEAKS)
+    with pytest.raises(NotFittedError):
+        base.predict_ops(resnet.ops)
+    assert base.fit(rows).scale_ == pytest.approx(3.0)
+    expected = 3 * sum(roofline_s(r, PEAKS) for r in resnet.ops if not ops.is_free(r))
+    assert base.predict_ops(resnet.ops) == pytest.approx(expected * 1e3)
+    with pytest.raises(NotFittedError):
+        FlopsLinear().fit([])

@@ -1,0 +1,99 @@
+"""predictor.evaluate: exact metrics on a hand-made example, the report, the plot, real timing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from kernels_db.store import KernelDB
+from predictor.e2e import Predictor
+from predictor.evaluate import EvalCase, evaluate, metrics, spearman, time_model, zoo_cases
+from predictor.features import roofline_s
+from profilers import ops, sampling
+
+PEAKS = {"gflops": {"float32": 50.0}, "gbps": 10.0}
+SMALL = ("1x3x32x32",)
+SPECS = ("torchvision:squeezenet1_1", "torchvision:resnet18")
+
+
+def test_metrics_are_exact_on_a_hand_made_example():
+    m = metrics([10, 20, 30, 40], [11, 9, 30, 50])  # APE 10, 55, 0, 25 %
+    assert m["n"] == 4
+    assert m["mape_pct"] == pytest.approx(22.5)
+    assert m["median_ape_pct"] == pytest.approx(17.5)
+    assert (m["within_5pct"], m["within_10pct"], m["within_20pct"]) == (0.25, 0.5, 0.5)
+    assert m["spearman"] == pytest.approx(0.8)  # one adjacent swap of four: 1 - 6*2/60
+
+
+def test_spearman_handles_ties_and_degenerate_input():
+    assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 2, 2, 3], [1, 2, 2, 3]) == pytest.approx(1.0)
+    assert spearman([1, 1], [1, 2]) != spearman([1, 1], [1, 2])  # nan: a constant side
+
+
+@pytest.fixture(scope="module")
+def predictor(tmp_path_factory):
+    records = []
+    for family, n in (("conv", 40), ("matmul", 10), ("eltwise", 15), ("norm", 10), ("pool", 10)):
+        records += sampling.random_records(family, n, seed=7)
+    records = list({r.key: r for r in records}.values())
+    path = tmp_path_factory.mktemp("db") / "k.db"
+    with KernelDB.open(path) as db:
+        db.upsert_device({"t": 1}, device_id="dev1", kind="cpu", threads=1, peaks=PEAKS)
+        db.add_configs("dev1", [(r.key, r.op, ops.family_of(r.op), r.dtype, "random",
+                                 r.to_json()) for r in records])
+        ids = db.config_ids("dev1")
+        for r in records:
+            t = 1.5 * roofline_s(r, PEAKS) + 3e-6
+            db.add_measurement(ids[r.key], None, [t] * 3, flushed=True, threads=1, noisy=False)
+        for i, spec in enumerate(SPECS):
+            db.add_model_measurement("dev1", spec, "f", {"inputs": list(SMALL), "threads": 1,
+                                                         "dtype": "float32", "device": "cpu"},
+                                     [0.002 * (i + 1)] * 3)
+        return Predictor.for_device(db, "dev1", cache_dir=tmp_path_factory.mktemp("c"))
+
+
+def test_evaluate_reports_each_model_and_both_baselines(predictor, tmp_path):
+    measured_s = {"torchvision:squeezenet1_1": 0.003, "torchvision:resnet18": 0.005}
+    calls = []
+
+    def fake_measure(spec, inputs, runs, warmup, threads, device):
+        calls.append((spec, tuple(inputs), runs, warmup, threads, device))
+        return [measured_s[spec] * f for f in (0.99, 1.0, 1.02)]
+
+    cases = [EvalCase(spec, SMALL) for spec in SPECS]
+    report = evaluate(None, "dev1", cases, runs=30, predictor=predictor, measure_fn=fake_measure)
+    assert calls == [(s, SMALL, 30, 5, 1, "cpu") for s in SPECS]
+    by_spec = {r.spec: r for r in report.rows}
+    for spec in SPECS:
+        row = by_spec[spec]
+        expected = predictor.predict_spec(spec, inputs=list(SMALL)).p50_ms
+        assert row.measured_ms == pytest.approx(measured_s[spec] * 1e3)
+        assert row.predicted_ms == pytest.approx(expected)
+        assert row.error_pct == pytest.approx((expected / row.measured_ms - 1) * 100)
+        assert row.flops_pred_ms > 0 and row.roofline_pred_ms > 0 and row.batch == 1
+    assert set(report.summary) == {"hwlat", "flops", "roofline"}
+    assert report.summary["hwlat"]["mape_pct"] == pytest.approx(
+        sum(abs(r.error_pct) for r in report.rows) / 2)
+    data = json.loads(json.dumps(report.to_json()))
+    assert len(data["models"]) == 2 and data["summary"]["flops"]["n"] == 2
+    report.plot(str(tmp_path / "eval.png"))
+    assert (tmp_path / "eval.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_time_model_times_a_real_model_and_restores_threads():
+    before = torch.get_num_threads()
+    samples = time_model("torchvision:squeezenet1_1", list(SMALL), runs=3, warmup=1, threads=1)
+    assert len(samples) == 3 and all(s > 0 for s in samples)
+    assert torch.get_num_threads() == before
+
+
+def test_zoo_cases_hold_out_unseen_families():
+    from profilers import zoo
+
+    seen = zoo.training_families()
+    held = zoo_cases(holdout_families=True)
+    assert held and all(c.family not in seen for c in held)
+    assert all(c.inputs for c in held)

@@ -1,0 +1,180 @@
+"""predictor.features, predictor.family_model, predictor.model_store.
+
+Op configs are real (captured from small random modules by profilers.sampling); their latencies
+are synthetic, from a known formula over the roofline, so the tests can check that the models
+recover it and that caching/retraining follows the database state.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from kernels_db.store import KernelDB
+from predictor import model_store
+from predictor.family_model import FamilyModel, cross_validate, cv_folds
+from predictor.features import feature_matrix, feature_names, feature_row, roofline_s
+from profilers import ops, sampling
+from profilers.errors import NotFittedError
+
+PEAKS = {"gflops": {"float32": 50.0}, "gbps": 10.0}
+SMALL = {"n_estimators": 60}
+
+
+def synthetic_s(record) -> float:
+    """1.7x the roofline plus 4 us launch cost: what a device might really look like."""
+    return 1.7 * roofline_s(record, PEAKS) + 4e-6
+
+
+@pytest.fixture(scope="module")
+def convs():
+    records = {r.key: r for r in sampling.random_records("conv", 120, seed=3)}
+    return list(records.values())
+
+
+@pytest.fixture(scope="module")
+def eltwise():
+    records = {r.key: r for r in sampling.random_records("eltwise", 12, seed=3)}
+    return list(records.values())
+
+
+def make_db(path, records, source="random") -> KernelDB:
+    db = KernelDB.open(path)
+    db.upsert_device({"test": True}, device_id="dev1", kind="cpu", threads=1, name="box",
+                     peaks=PEAKS)
+    add_measured(db, records, source)
+    return db
+
+
+def add_measured(db: KernelDB, records, source="random", scale=1.0) -> None:
+    db.add_configs("dev1", [(r.key, r.op, ops.family_of(r.op), r.dtype, source, r.to_json())
+                            for r in records])
+    ids = db.config_ids("dev1")
+    for r in records:
+        t = scale * synthetic_s(r)
+        db.add_measurement(ids[r.key], None, [t * 0.98, t, t * 1.03], flushed=True, threads=1,
+                           noisy=False)
+
+
+# ------------------------------------------------------------------------------- features
+
+
+def test_feature_matrix_is_the_registry_features_plus_device_columns(convs):
+    x = feature_matrix(convs, "conv", PEAKS)
+    names = feature_names("conv")
+    assert x.shape == (len(convs), len(names))
+    assert names[: len(ops.feature_names("conv"))] == ops.feature_names("conv")
+    # one code path: the batch matrix is exactly the per-record rows
+    assert np.array_equal(x, np.array([feature_row(r, "conv", PEAKS) for r in convs]),
+                          equal_nan=True)
+    rf = x[:, names.index("rf_log_roofline_s")]
+    assert np.allclose(np.exp(rf), [roofline_s(r, PEAKS) for r in convs])
+
+
+def test_roofline_accepts_both_peak_spellings_and_missing_peaks(convs):
+    r = convs[0]
+    as_ops = {"peak_gflops": PEAKS["gflops"], "gbps": PEAKS["gbps"]}
+    assert roofline_s(r, as_ops) == pytest.approx(roofline_s(r, PEAKS))
+    assert roofline_s(r, PEAKS) == pytest.approx(ops.roofline_s(r, PEAKS))
+    assert roofline_s(r, None) > 0  # nominal peaks, still a positive estimate
+
+
+# --------------------------------------------------------------------------- family model
+
+
+def test_predict_before_fit_raises_not_fitted(convs):
+    with pytest.raises(NotFittedError):
+        FamilyModel("conv").predict(convs[:2])
+    model = FamilyModel("conv", n_estimators=7)
+    assert model.n_estimators == 7 and not hasattr(model, "booster_")  # __init__ only stores
+
+
+def test_fit_returns_self_and_recovers_formula_on_held_out_configs(convs):
+    train, test = convs[::2] + convs[1::4], convs[3::4]
+    y = [synthetic_s(r) for r in train]
+    model = FamilyModel("conv", target="roofline_residual", n_estimators=150)
+    assert model.fit(train, y, PEAKS) is model
+    p50, lo, hi = model.predict(test)
+    truth = np.array([synthetic_s(r) for r in test])
+    assert np.mean(np.abs(p50 / truth - 1)) < 0.15
+    assert np.all(lo <= p50) and np.all(p50 <= hi)
+    # prediction goes through the same feature code as training
+    assert np.array_equal(p50, model.predict_matrix(feature_matrix(test, "conv", PEAKS))[0])
+
+
+def test_save_load_round_trip_gives_identical_predictions(tmp_path, convs):
+    model = FamilyModel("conv", **SMALL).fit(convs, [synthetic_s(r) for r in convs], PEAKS)
+    sidecar = model.save(tmp_path)
+    meta = json.loads(sidecar.read_text())
+    assert meta["feature_names"] == feature_names("conv") and meta["target"] == model.target
+    assert all((tmp_path / f).read_text().startswith("tree") for f in meta["files"])
+    loaded = FamilyModel.load(tmp_path, "conv")
+    for a, b in zip(model.predict(convs), loaded.predict(convs), strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_grouped_folds_keep_groups_together():
+    groups = ["zoo"] * 4 + ["perturb"] * 3 + ["random"] * 5
+    folds = cv_folds(len(groups), groups, k=3)
+    assert sorted(np.concatenate(folds).tolist()) == list(range(12))
+    for fold in folds:
+        assert len({groups[i] for i in fold}) == 1
+
+
+def test_cross_validate_reports_a_finite_error_for_each_target(convs):
+    x = feature_matrix(convs, "conv", PEAKS)
+    y = np.array([synthetic_s(r) for r in convs])
+    errors = {t: cross_validate("conv", x, y, PEAKS, None, target=t, n_estimators=60)
+              for t in ("log", "roofline_residual")}
+    assert all(0 <= e < 1 for e in errors.values())
+
+
+# ---------------------------------------------------------------------------- model store
+
+
+def test_trains_every_family_with_enough_rows_and_writes_a_sidecar(tmp_path, convs, eltwise):
+    db = make_db(tmp_path / "k.db", convs + eltwise[:5])
+    dm = model_store.load_or_train(db, "box", directory=tmp_path / "m", params=SMALL)
+    assert dm.retrained and set(dm.models) == {"conv"}  # 5 eltwise configs: too few
+    meta = json.loads((tmp_path / "m" / model_store.SIDECAR).read_text())
+    assert meta["device_id"] == "dev1" and meta["state_token"] == db.state_token("dev1")
+    assert meta["families"]["conv"]["n_train"] == len(convs)
+    assert set(meta["families"]["conv"]["cv_mape"]) == {"log", "roofline_residual"}
+    assert {"lightgbm", "torch"} <= set(meta["versions"])
+    assert dm.roofline_ratios["q10"] <= dm.roofline_ratios["q50"] <= dm.roofline_ratios["q90"]
+
+
+def test_reloads_when_unchanged_and_retrains_when_the_database_changed(tmp_path, convs, eltwise):
+    db = make_db(tmp_path / "k.db", convs)
+    first = model_store.load_or_train(db, "dev1", directory=tmp_path / "m", params=SMALL)
+    again = model_store.load_or_train(db, "dev1", directory=tmp_path / "m", params=SMALL)
+    assert first.retrained and not again.retrained
+    assert np.array_equal(first.models["conv"].predict(convs)[0],
+                          again.models["conv"].predict(convs)[0])
+    add_measured(db, eltwise)
+    changed = model_store.load_or_train(db, "dev1", directory=tmp_path / "m", params=SMALL)
+    assert changed.retrained and "eltwise" in changed.models
+
+
+def test_older_sidecar_loads_unless_its_feature_names_differ(tmp_path, convs):
+    db = make_db(tmp_path / "k.db", convs)
+    model_store.load_or_train(db, "dev1", directory=tmp_path / "m", params=SMALL)
+    path = tmp_path / "m" / model_store.SIDECAR
+    meta = json.loads(path.read_text())
+    meta["versions"] = {"hwlat": "0.0.1", "lightgbm": "4.0.0"}
+    path.write_text(json.dumps(meta))
+    assert not model_store.load_or_train(db, "dev1", directory=tmp_path / "m").retrained
+    meta["families"]["conv"]["feature_names"] = meta["families"]["conv"]["feature_names"][:-1]
+    path.write_text(json.dumps(meta))
+    assert model_store.load_or_train(db, "dev1", directory=tmp_path / "m",
+                                     params=SMALL).retrained
+
+
+def test_default_cache_dir_is_per_device_and_database(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    a = model_store.default_cache_dir("dev1", tmp_path / "a.db")
+    b = model_store.default_cache_dir("dev1", tmp_path / "b.db")
+    assert a.parent == tmp_path / "hwlat" / "models" and a != b
+    assert a.name.startswith("dev1-")

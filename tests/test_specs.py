@@ -1,0 +1,157 @@
+"""Model and input specs: parsing, every spec kind, meta builds and their fallback, errors."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+from torch import nn
+
+from profilers.errors import SpecError
+from profilers.specs import (
+    InputSpec,
+    family_of,
+    list_torchvision_classification,
+    load_model,
+    parse_input_spec,
+)
+
+
+@pytest.mark.parametrize("text, shape, dtype", [
+    ("1x3x224x224", (1, 3, 224, 224), "float32"),
+    ("int64:1x128", (1, 128), "int64"),
+    ("float16:2X8", (2, 8), "float16"),
+    (" 7 ", (7,), "float32"),
+])
+def test_parse_input_spec_good(text: str, shape: tuple, dtype: str) -> None:
+    spec = parse_input_spec(text)
+    assert spec == InputSpec(shape, dtype)
+    assert parse_input_spec(str(spec)) == spec
+
+
+@pytest.mark.parametrize("text", ["", "1x", "axb", "1x0x3", "-1x3", "int65:1x2", "sqrt:1x2", "1.5x2"])
+def test_parse_input_spec_bad(text: str) -> None:
+    with pytest.raises(SpecError, match="bad input spec") as err:
+        parse_input_spec(text)
+    assert "\n" not in str(err.value)
+
+
+def test_input_spec_helpers() -> None:
+    spec = parse_input_spec("int64:1x128")
+    assert spec.with_batch(4) == InputSpec((4, 128), "int64")
+    ts = parse_input_spec("2x3x4x5").tensor_spec("cuda")
+    assert (ts.shape, ts.stride, ts.dtype, ts.device) == ((2, 3, 4, 5), (60, 20, 5, 1), "float32", "cuda")
+    ids = spec.make(vocab=7)
+    assert ids.dtype == torch.int64 and ids.shape == (1, 128)
+    assert 0 <= int(ids.min()) and int(ids.max()) < 7
+    assert int(spec.make().max()) < 1000  # unknown vocabulary
+    x = parse_input_spec("2x3").make()
+    assert x.dtype == torch.float32 and x.std() > 0
+    with pytest.raises(SpecError):
+        spec.with_batch(0)
+
+
+@pytest.mark.parametrize("name, family", [
+    ("resnet18", "resnet"), ("efficientnet_b0", "efficientnet"), ("vit_b_16", "vit"),
+    ("mobilenet_v3_small", "mobilenet"), ("mobilenetv3_small_050", "mobilenet"),
+    ("convnextv2_atto", "convnext"), ("wide_resnet50_2", "wide_resnet"), ("densenet121", "densenet"),
+    ("regnet_y_400mf", "regnet"), ("squeezenet1_0", "squeezenet"), ("resnet18.a1_in1k", "resnet"),
+    ("tf_efficientnet_b0", "efficientnet"), ("alexnet", "alexnet"),
+])
+def test_family_of(name: str, family: str) -> None:
+    assert family_of(name) == family
+
+
+def test_torchvision_meta_and_cpu() -> None:
+    meta = load_model("torchvision:resnet18", meta=True)
+    assert meta.built_on == "meta" and meta.family == "resnet"
+    assert meta.inputs == [InputSpec((1, 3, 224, 224))]
+    assert next(meta.model.parameters()).device.type == "meta"
+    assert not meta.model.training
+    real = load_model("torchvision:squeezenet1_0", inputs=["1x3x64x64"], batch=2)
+    assert real.built_on == "cpu" and real.inputs == [InputSpec((2, 3, 64, 64))]
+    out = real.model(*real.make_inputs())
+    assert out.shape == (2, 1000)
+
+
+def test_torchvision_listing() -> None:
+    names = list_torchvision_classification()
+    assert "resnet18" in names and "vit_b_16" in names
+    assert "fasterrcnn_resnet50_fpn" not in names
+
+
+def test_timm_small_model() -> None:
+    loaded = load_model("timm:mobilenetv3_small_050", meta=True)
+    assert loaded.family == "mobilenet" and loaded.built_on == "meta"
+    assert loaded.inputs == [InputSpec((1, 3, 224, 224))]
+
+
+@pytest.mark.parametrize("model_type, vocab", [("bert", 30522), ("gpt2", 50257)])
+def test_hf_builds_from_config_on_meta(model_type: str, vocab: int) -> None:
+    loaded = load_model(f"hf:{model_type}", meta=True, batch=2)
+    assert loaded.built_on == "meta" and loaded.family == model_type
+    assert loaded.vocab == vocab
+    assert loaded.inputs == [InputSpec((2, 128), "int64")]
+
+
+def _write(tmp_path, body: str):
+    path = tmp_path / "user_models.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_file_factory_module_and_dict(tmp_path) -> None:
+    path = _write(tmp_path, """
+        import torch
+        from torch import nn
+
+        def plain():
+            return nn.Sequential(nn.Linear(8, 4), nn.ReLU())
+
+        def bundle():
+            return {"model": nn.Linear(8, 2), "inputs": [torch.zeros(3, 8), "int64:3x5"],
+                    "preprocess": lambda x: x * 2, "postprocess": None}
+
+        def needs_values():
+            n = int(torch.tensor(4).item())  # fails on meta
+            return nn.Linear(n, n)
+    """)
+    with pytest.raises(SpecError, match="no default inputs"):
+        load_model(f"{path}:plain")
+    plain = load_model(f"{path}:plain", inputs=["2x8"], meta=True)
+    assert isinstance(plain.model, nn.Sequential) and plain.built_on == "meta"
+    bundle = load_model(f"{path}:bundle")
+    assert bundle.inputs == [InputSpec((3, 8)), InputSpec((3, 5), "int64")]
+    assert bundle.preprocess(3) == 6 and bundle.postprocess is None
+    fallback = load_model(f"{path}:needs_values", inputs=["1x4"], meta=True)
+    assert fallback.built_on == "cpu"
+    assert next(fallback.model.parameters()).device.type == "cpu"
+    with pytest.raises(SpecError, match="did you mean: plain"):
+        load_model(f"{path}:plainn")
+
+
+def test_pt2_archive(tmp_path) -> None:
+    program = torch.export.export(nn.Sequential(nn.Linear(6, 3)).eval(), (torch.randn(2, 6),))
+    path = tmp_path / "tiny.pt2"
+    torch.export.save(program, str(path))
+    loaded = load_model(str(path), meta=True)
+    assert loaded.built_on == "cpu" and loaded.family == "tiny"
+    assert loaded.inputs == [InputSpec((2, 6))]
+    assert loaded.model(*loaded.make_inputs()).shape == (2, 3)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("torchvision:resnet1", "did you mean: resnet18"),
+    ("torchvision:fasterrcnn_resnet50_fpn", "not a classification model"),
+    ("timm:resnet_18", "did you mean: resnet18"),
+    ("hf:bertt", "did you mean: bert"),
+    ("foo:bar", "use torchvision:NAME"),
+    ("resnet18", "use torchvision:NAME"),
+    ("/no/such/file.py:make", "does not exist"),
+    ("/no/such/model.pt2", "does not exist"),
+])
+def test_unknown_specs(spec: str, message: str) -> None:
+    with pytest.raises(SpecError, match=message) as err:
+        load_model(spec, meta=True)
+    assert "\n" not in str(err.value)
