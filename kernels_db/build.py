@@ -35,6 +35,7 @@ class ProfileSettings:
     e2e: bool = True
     seed: int = 0
     claim_batch: int = 8
+    random_per_family: int = 60
 
 
 @dataclass
@@ -81,6 +82,11 @@ def _zoo_cases(settings: ProfileSettings) -> list[zoo.ModelCase]:
     return cases
 
 
+def check_settings(settings: ProfileSettings) -> None:
+    """Fail on bad settings before any time is spent."""
+    _zoo_cases(settings)
+
+
 def _device_type(device: str) -> str:
     return device.split(":")[0]
 
@@ -111,7 +117,8 @@ def plan(db: KernelDB, device_id: str, settings: ProfileSettings,
         samples.append(sampling.Sample(r, "perturb", 1))
     for family in sampling.GENERATORS:
         for dtype in settings.dtypes:
-            for r in sampling.random_records(family, 60, seed=rng_seed, device_type=device_type,
+            for r in sampling.random_records(family, settings.random_per_family, seed=rng_seed,
+                                             device_type=device_type,
                                              dtype=dtype):
                 samples.append(sampling.Sample(r, "random", 2))
     unique = sampling.dedupe(samples)
@@ -259,6 +266,7 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
     from profilers.fingerprint import fingerprint, measure_peaks
     from profilers.timer import CacheFlusher, thread_count
 
+    check_settings(settings)
     deadline = _Deadline(settings.budget_s)
     fp = fingerprint(settings.device, settings.threads)
     device_id = fp.device_id

@@ -23,7 +23,7 @@ from profilers.capture import capture_spec
 from profilers.errors import NotFittedError
 from profilers.specs import parse_input_spec
 
-MeasureFn = Callable[[str, Sequence[str], int, int, int | None, str], list[float]]
+MeasureFn = Callable[[str, Sequence[str], int, int, int | None, str, str], list[float]]
 ProgressFn = Callable[[str], None]
 WITHIN = (5, 10, 20)
 
@@ -33,6 +33,7 @@ class EvalCase:
     spec: str
     inputs: tuple[str, ...] = ()  # input spec strings; empty: the model's defaults
     family: str = ""
+    dtype: str = "float32"
 
 
 def zoo_cases(*, holdout_families: bool = False, batches: Sequence[int] = (1,)) -> list[EvalCase]:
@@ -47,15 +48,14 @@ def zoo_cases(*, holdout_families: bool = False, batches: Sequence[int] = (1,)) 
 
 
 def time_model(spec: str, inputs: Sequence[str], runs: int = 30, warmup: int = 5,
-               threads: int | None = None, device: str = "cpu") -> list[float]:
+               threads: int | None = None, device: str = "cpu",
+               dtype: str = "float32") -> list[float]:
     """Seconds per forward pass (inference mode) of `runs` timed calls after `warmup` calls."""
     import torch
 
-    from profilers.specs import load_model
+    from profilers.modelbench import prepare
 
-    loaded = load_model(spec, inputs=[parse_input_spec(s) for s in inputs] or None, meta=False)
-    model = loaded.model.to(device).eval()
-    args = loaded.make_inputs(device)
+    model, args = prepare(spec, list(inputs) or None, dtype=dtype, device=device)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     previous = torch.get_num_threads()
     if threads:
@@ -129,6 +129,7 @@ class EvalRow:
     roofline_pred_ms: float | None
     measured_share: float
     unmodelled_share: float
+    dtype: str = "float32"
 
 
 @dataclass
@@ -197,10 +198,10 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
         if progress:
             progress(f"measuring {case.spec} {','.join(case.inputs)}")
         captured = capture_spec(case.spec, inputs=[parse_input_spec(s) for s in case.inputs]
-                                or None, device_type=dev.kind)
+                                or None, device_type=dev.kind, dtype=case.dtype)
         pred = predictor.predict_captured(captured)
         inputs = pred.inputs
-        samples = measure_fn(case.spec, inputs, runs, warmup, dev.threads, dev.kind)
+        samples = measure_fn(case.spec, inputs, runs, warmup, dev.threads, dev.kind, case.dtype)
         measured_ms = statistics.median(samples) * 1e3
         rows.append(EvalRow(
             spec=case.spec, family=case.family or captured.family, inputs=inputs,
@@ -212,7 +213,7 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
             roofline_pred_ms=(roof_base.predict_roofline(pred.roofline_ms / 1e3) * 1e3
                               if roof_base else None),
             measured_share=pred.measured_share,
-            unmodelled_share=sum(u["share"] for u in pred.unmodelled)))
+            unmodelled_share=sum(u["share"] for u in pred.unmodelled), dtype=case.dtype))
     return _report(dev.id, rows, runs, [note] if note else [])
 
 

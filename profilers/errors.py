@@ -41,3 +41,7 @@ class BenchError(HwlatError):
 
 class ReplayError(CaptureError):
     """A captured op cannot be replayed on real tensors, or replays to other output specs."""
+
+
+class AdvisorError(HwlatError):
+    """The advisor cannot diagnose, predict or apply a lever as asked."""

@@ -59,13 +59,13 @@ def test_evaluate_reports_each_model_and_both_baselines(predictor, tmp_path):
     measured_s = {"torchvision:squeezenet1_1": 0.003, "torchvision:resnet18": 0.005}
     calls = []
 
-    def fake_measure(spec, inputs, runs, warmup, threads, device):
-        calls.append((spec, tuple(inputs), runs, warmup, threads, device))
+    def fake_measure(spec, inputs, runs, warmup, threads, device, dtype):
+        calls.append((spec, tuple(inputs), runs, warmup, threads, device, dtype))
         return [measured_s[spec] * f for f in (0.99, 1.0, 1.02)]
 
     cases = [EvalCase(spec, SMALL) for spec in SPECS]
     report = evaluate(None, "dev1", cases, runs=30, predictor=predictor, measure_fn=fake_measure)
-    assert calls == [(s, SMALL, 30, 5, 1, "cpu") for s in SPECS]
+    assert calls == [(s, SMALL, 30, 5, 1, "cpu", "float32") for s in SPECS]
     by_spec = {r.spec: r for r in report.rows}
     for spec in SPECS:
         row = by_spec[spec]

@@ -28,3 +28,27 @@ def duration(ctx, param, value):
     if seconds <= 0:
         raise click.BadParameter("must be more than zero")
     return seconds
+
+
+def input_options(f):
+    """--input (repeatable), --batch, --dtype: how a model is fed."""
+    f = click.option("--dtype", default="float32", show_default=True,
+                     type=click.Choice(["float32", "float16", "bfloat16"]))(f)
+    f = click.option("--batch", type=click.IntRange(min=1),
+                     help="Override the first dimension of every input.")(f)
+    f = click.option("--input", "inputs", multiple=True, metavar="SPEC",
+                     help="Input shape, e.g. 1x3x224x224 or int64:1x128 (repeatable).")(f)
+    return f
+
+
+def parse_inputs(inputs: tuple[str, ...]):
+    """Input spec strings -> InputSpecs (None when not given: the model's defaults)."""
+    from profilers.errors import SpecError
+    from profilers.specs import parse_input_spec
+
+    if not inputs:
+        return None
+    try:
+        return [parse_input_spec(s) for s in inputs]
+    except SpecError as exc:
+        raise click.BadParameter(str(exc), param_hint="--input") from None

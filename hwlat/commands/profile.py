@@ -6,7 +6,7 @@ import click
 
 from hwlat.commands.common import duration, json_option, open_db
 from hwlat.output import budget_progress, emit_json, stderr
-from kernels_db.build import ProfileSettings, profile_device
+from kernels_db.build import ProfileSettings, check_settings, profile_device
 
 
 @click.command()
@@ -22,10 +22,13 @@ from kernels_db.build import ProfileSettings, profile_device
 @click.option("--batch", "batches", multiple=True, type=click.IntRange(min=1),
               help="Profile the zoo at these batch sizes only (repeatable).")
 @click.option("--no-e2e", is_flag=True, help="Skip end-to-end model measurements.")
+@click.option("--random-per-family", default=60, show_default=True, type=click.IntRange(min=0),
+              help="Random modules sampled per op family in the plan.")
 @click.option("--seed", default=0, show_default=True)
 @json_option
 @click.pass_context
-def profile(ctx, device, threads, budget, name, dtypes, models, batches, no_e2e, seed, as_json):
+def profile(ctx, device, threads, budget, name, dtypes, models, batches, no_e2e,
+            random_per_family, seed, as_json):
     """Profile DEVICE once: per-op latencies and model latencies, within a time budget.
 
     Resumable: run it again (or twice at once) and it continues where it stopped.
@@ -33,7 +36,9 @@ def profile(ctx, device, threads, budget, name, dtypes, models, batches, no_e2e,
     settings = ProfileSettings(
         device=device, threads=threads, dtypes=tuple(dtypes), budget_s=budget, name=name,
         models=tuple(m.strip() for m in models.split(",")) if models else None,
-        batches=tuple(batches) or None, e2e=not no_e2e, seed=seed)
+        batches=tuple(batches) or None, e2e=not no_e2e, seed=seed,
+        random_per_family=random_per_family)
+    check_settings(settings)
     with open_db(ctx) as db, budget_progress("profiling", enabled=not as_json) as update:
         report = profile_device(db, settings, progress=update)
     if as_json:

@@ -1,0 +1,326 @@
+"""`advise`: predict the model as deployed, diagnose it, predict every lever, rank them.
+
+Latency of one request without load: the predictor gives the p50 of a model call; its p95/p99 is
+that p50 times the device's measured model-level spread (the median over the device's whole-model
+measurements of their p95/p50, resp. p99/p50), and the predicted interval is scaled the same way.
+With a request rate, every percentile comes from the serving simulator instead, fed with the
+predicted latency-vs-batch curve (a lever that changes the model scales the curve by its predicted
+batch-1 ratio) and the measured spread as noise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from advisor.diagnose import Diagnosis, diagnose
+from advisor.levers import LEVERS, Lever, LeverContext, Variant
+from advisor.rank import LeverResult, fastest_meeting, pareto, rank
+from advisor.simulator import BatchCurve, SimResult, simulate_poisson, utilization
+from kernels_db.store import KernelDB
+from predictor.e2e import Prediction, Predictor
+from profilers.capture import capture
+from profilers.errors import AdvisorError, HwlatError
+from profilers.specs import load_model
+
+PERCENTILES = {"p95": 0.95, "p99": 0.99}
+CURVE_BATCHES = (1, 2, 4, 8)
+MIN_SPREAD_SAMPLES = 20
+ProgressFn = Callable[[str], None]
+
+
+@dataclass
+class AdviceRequest:
+    spec: str
+    device: str
+    budget_ms: float
+    percentile: str = "p95"
+    inputs: list[str] | None = None
+    batch: int | None = None
+    dtype: str = "float32"
+    rate: float | None = None
+    workers: int = 1
+    max_batch: int = 1
+    max_wait_ms: float = 0.0
+    accuracy_floor: float | None = None
+    eval_spec: str | None = None
+    levers: tuple[str, ...] | None = None  # restrict to these registry names
+    seed: int = 0
+    sim_requests: int = 2000
+
+    @property
+    def q(self) -> float:
+        return PERCENTILES[self.percentile]
+
+
+@dataclass
+class Spread:
+    """Measured whole-model spread on the device: percentile / median, and noise ratios."""
+
+    ratio: dict[str, float]
+    noise: tuple[float, ...]
+    basis: str
+
+
+@dataclass
+class Advice:
+    request: AdviceRequest
+    device_id: str
+    baseline: LeverResult
+    prediction: Prediction
+    diagnosis: Diagnosis
+    results: list[LeverResult]  # ranked, best first
+    not_applicable: dict[str, str]
+    spread: Spread
+    simulation: dict | None = None
+    verification: dict | None = None
+    notes: list[str] = field(default_factory=list)
+    context: Any = None  # the LeverContext (for verify)
+
+    @property
+    def fastest(self) -> LeverResult | None:
+        return fastest_meeting(self.results)
+
+    @property
+    def pareto(self) -> list[LeverResult]:
+        return pareto(self.results)
+
+    def to_json(self) -> dict:
+        pct = self.request.percentile
+        fastest = self.fastest
+        return {
+            "model": self.request.spec, "device": self.device_id,
+            "budget_ms": {pct: self.request.budget_ms},
+            "accuracy_floor": self.request.accuracy_floor,
+            "rate": self.request.rate,
+            "baseline": self.baseline.to_json(pct),
+            "diagnosis": self.diagnosis.to_json(),
+            "levers": [r.to_json(pct) for r in self.results],
+            "fastest_meeting_budget": fastest.label if fastest else None,
+            "pareto": [r.label for r in self.pareto],
+            "not_applicable": self.not_applicable,
+            "spread": {"ratio": self.spread.ratio, "basis": self.spread.basis},
+            "simulation": self.simulation, "verification": self.verification,
+            "unmodelled": self.prediction.unmodelled, "notes": self.notes,
+        }
+
+
+# ------------------------------------------------------------------------------ spread
+
+
+def measured_spread(db: KernelDB, device_id: str) -> Spread:
+    """Median percentile/median ratio over the device's whole-model measurements."""
+    rows = [m for m in db.model_measurements(device_id) if len(m.samples_s) >= MIN_SPREAD_SAMPLES
+            and m.median_s > 0]
+    if not rows:
+        return Spread({"p95": 1.0, "p99": 1.0}, (),
+                      "no whole-model measurement with >= 20 samples on this device: spread "
+                      "unknown, percentiles shown equal to the predicted p50")
+    ratio = {name: float(np.median([np.quantile(m.samples_s, q) / m.median_s for m in rows]))
+             for name, q in PERCENTILES.items()}
+    noise = tuple(float(s / m.median_s) for m in rows for s in m.samples_s)
+    n = sum(len(m.samples_s) for m in rows)
+    return Spread(ratio, noise, f"median over {len(rows)} whole-model measurements on this "
+                               f"device ({n} samples) of p95/p50 = {ratio['p95']:.3f}, "
+                               f"p99/p50 = {ratio['p99']:.3f}")
+
+
+# ------------------------------------------------------------------------------ advise
+
+
+class _Advisor:
+    def __init__(self, db: KernelDB, req: AdviceRequest, progress: ProgressFn | None) -> None:
+        self.db, self.req = db, req
+        self.say = progress or (lambda text: None)
+        self.device = db.get_device(req.device)
+        self.say(f"loading the predictor of {self.device.id}")
+        self.predictor = Predictor.for_device(db, self.device.id)
+        self.others: dict[str, Predictor] = {}
+        self.spread = measured_spread(db, self.device.id)
+        self.curve: BatchCurve | None = None
+        self.base_sim: SimResult | None = None
+        self.base_target: float | None = None
+
+    def run(self) -> Advice:
+        req = self.req
+        self.say(f"capturing {req.spec}")
+        batch = 1 if req.rate is not None else req.batch
+        loaded = load_model(req.spec, inputs=req.inputs, batch=batch)
+        base_ops = self.capture(loaded.model, loaded.inputs)
+        base = self.predictor.predict_ops(base_ops, spec=req.spec)
+        ctx = LeverContext(req.spec, loaded, list(loaded.inputs), req.dtype, self.device,
+                           self.db, req.rate, req.workers, req.max_batch, req.max_wait_ms,
+                           base_flops=base.flops)
+        self.ctx, self.base_ops, self.base = ctx, base_ops, base
+        simulation = self.simulate_baseline() if req.rate is not None else None
+        baseline = self.result(_BASELINE, Variant("none", "as deployed now", {}),
+                               (base.p50_ms, *base.interval_ms))
+        diagnosis = diagnose(base, base_ops, self.device.peaks, device_kind=self.device.kind,
+                             input_bytes=sum(_nbytes(i) for i in loaded.inputs),
+                             queue=self.queue_signal())
+        results, skipped = self.levers(baseline)
+        for r in results:
+            r.why = _why(r, diagnosis)
+        notes = [f"{req.percentile} without load: {self.spread.basis}" if req.rate is None else
+                 f"percentiles from the serving simulator ({req.sim_requests} Poisson requests, "
+                 f"seed {req.seed}); compute noise: {self.spread.basis}"]
+        return Advice(req, self.device.id, baseline, base, diagnosis, rank(results), skipped,
+                      self.spread, simulation, notes=notes, context=ctx)
+
+    # ------------------------------------------------------------------ predicting pieces
+
+    def capture(self, model, inputs, *, dtype: str | None = None,
+                channels_last: bool = False) -> list:
+        return capture(model, list(inputs), device_type=self.device.kind,
+                       dtype=dtype or self.req.dtype, channels_last=channels_last)
+
+    def simulate_baseline(self) -> dict:
+        req = self.req
+        sizes = sorted({*CURVE_BATCHES, req.max_batch})
+        self.say("predicting the latency-vs-batch curve")
+        points = {}
+        for b in sizes:
+            ops = self.capture(self.ctx.model, [self.ctx.inputs[0].with_batch(b),
+                                                *self.ctx.inputs[1:]])
+            points[b] = self.predictor.predict_ops(ops).p50_ms / 1e3
+        self.curve = BatchCurve(points, self.spread.noise)
+        self.base_sim = self.sim(self.curve, self.serving())
+        return {"curve_ms": {b: t * 1e3 for b, t in points.items()},
+                "utilization_batch1": utilization(self.curve, req.rate, req.workers),
+                "baseline": self.base_sim.to_json()}
+
+    def serving(self, variant: Variant | None = None) -> dict:
+        if variant is not None and variant.serving:
+            return variant.serving
+        return {"workers": self.req.workers, "max_batch": self.req.max_batch,
+                "max_wait_ms": self.req.max_wait_ms}
+
+    def sim(self, curve: BatchCurve, serving: dict) -> SimResult:
+        return simulate_poisson(curve, self.req.rate, requests=self.req.sim_requests,
+                                seed=self.req.seed, workers=serving["workers"],
+                                max_batch=serving["max_batch"],
+                                max_wait_s=serving["max_wait_ms"] / 1e3)
+
+    def queue_signal(self) -> dict | None:
+        if self.base_sim is None:
+            return None
+        q = self.req.q
+        return {"utilization": utilization(self.curve, self.req.rate, self.req.workers),
+                "queue_ms": self.base_sim.queue.quantile(q) * 1e3,
+                "compute_ms": self.base_sim.compute.quantile(q) * 1e3,
+                "percentile": self.req.percentile}
+
+    def predict_call(self, v: Variant) -> tuple[float, float, float, Prediction | None]:
+        """(p50, lo, hi) ms of one model call of the variant, and its Prediction."""
+        if v.serving is not None:
+            return (self.base.p50_ms, *self.base.interval_ms, None)
+        if v.device_id is not None:
+            if v.device_id not in self.others:
+                self.say(f"loading the predictor of {v.device_id}")
+                self.others[v.device_id] = Predictor.for_device(self.db, v.device_id)
+            p = self.others[v.device_id].predict_ops(self.base_ops, spec=self.req.spec)
+        else:
+            inputs = v.inputs or self.ctx.inputs
+            if v.batch is not None:
+                inputs = [inputs[0].with_batch(v.batch), *inputs[1:]]
+            model = self.ctx.model if (v.build is None and v.spec is None) else \
+                v.model(self.ctx.model)
+            ops = self.capture(model, inputs, dtype=v.dtype, channels_last=v.channels_last)
+            p = self.predictor.predict_ops(ops, spec=v.label)
+        return (p.p50_ms, *p.interval_ms, p)
+
+    def result(self, lever: Lever, v: Variant, call: tuple) -> LeverResult:
+        p50, lo, hi = call[:3]
+        req, extra = self.req, {}
+        if req.rate is None:
+            r = self.spread.ratio[req.percentile]
+            target, interval = p50 * r, [lo * r, hi * r]
+            extra["p95_ms"] = p50 * self.spread.ratio["p95"]
+            if v.batch:
+                extra["throughput_rps"] = v.batch / p50 * 1e3
+                extra["per_request"] = "every request of a batch completes with the batch"
+        else:
+            base_p50 = self.base.p50_ms
+            factor = p50 / base_p50 if v.serving is None else 1.0
+            serving = self.serving(v)
+            sim = self.sim(self.curve.scaled(factor), serving)
+            lo_sim = self.sim(self.curve.scaled(factor * lo / p50), serving)
+            hi_sim = self.sim(self.curve.scaled(factor * hi / p50), serving)
+            target = sim.total.quantile(req.q) * 1e3
+            interval = [lo_sim.total.quantile(req.q) * 1e3, hi_sim.total.quantile(req.q) * 1e3]
+            p50 = sim.total.p50 * 1e3
+            extra.update(p95_ms=sim.total.p95 * 1e3, simulated=sim.to_json())
+        if lever is _BASELINE:
+            self.base_target = target
+        base_target = self.base_target or target
+        return LeverResult(v.lever, v.label, v.params, p50, target, interval,
+                           base_target / target if target > 0 else math.nan, req.budget_ms,
+                           lever.risk_level, lever.risk, lever.effort_level, lever.effort,
+                           notes=list(v.notes), extra=extra, variant=v)
+
+    def levers(self, baseline: LeverResult) -> tuple[list[LeverResult], dict[str, str]]:
+        results, skipped = [], {}
+        for lever in LEVERS.values():
+            if self.req.levers and lever.name not in self.req.levers:
+                continue
+            self.say(f"lever: {lever.title}")
+            try:
+                variants = lever.variants(self.ctx)
+            except HwlatError as exc:
+                variants = str(exc)
+            if isinstance(variants, str):
+                skipped[lever.name] = variants
+                continue
+            mine = []
+            for v in variants:
+                try:
+                    call = self.predict_call(v)
+                except HwlatError as exc:
+                    skipped[f"{lever.name}: {v.label}"] = str(exc)
+                    continue
+                r = self.result(lever, v, call)
+                share = sum(u["share"] for u in call[3].unmodelled) if call[3] else 0.0
+                if share >= 0.005:
+                    r.notes.append(f"{share:.0%} of its predicted time is unmodelled ops "
+                                   "(roofline fallback)")
+                mine.append(r)
+            if lever.best_only and mine:
+                mine = [min(mine, key=lambda r: r.target_ms)]
+            results += mine
+        return results, skipped
+
+
+_BASELINE = Lever("none", "as deployed now", 0, "none", 0, "none", lambda ctx: [])
+
+
+def _nbytes(spec) -> float:
+    from profilers.oprecord import dtype_from_name
+
+    return float(math.prod(spec.shape) * dtype_from_name(spec.dtype).itemsize)
+
+
+def _why(r: LeverResult, d: Diagnosis) -> str:
+    if r.slower:
+        return f"predicted {1 / r.speedup:.2f}x slower on this device"
+    fits = d.bottleneck if r.lever in d.first_fix else None
+    head = f"first fix for {fits}" if fits else f"{r.speedup:.2f}x predicted"
+    if fits:
+        head += f", {r.speedup:.2f}x predicted"
+    return head + ("" if r.meets_budget else "; misses the budget alone")
+
+
+def advise(db: KernelDB, request: AdviceRequest, progress: ProgressFn | None = None) -> Advice:
+    """Diagnose `request.spec` on its device and rank every applicable lever by prediction."""
+    if request.percentile not in PERCENTILES:
+        raise AdvisorError(f"percentile must be one of {', '.join(PERCENTILES)}")
+    if request.levers:
+        unknown = [n for n in request.levers if n not in LEVERS]
+        if unknown:
+            raise AdvisorError(f"unknown lever(s) {', '.join(unknown)}; known: "
+                               f"{', '.join(LEVERS)}")
+    return _Advisor(db, request, progress).run()
+

@@ -1,0 +1,297 @@
+"""`--verify K`: apply the top K levers for real, measure them, check accuracy against the floor.
+
+Latency: without a rate, the forward pass under the bench harness (`bench_model`, the device's
+profiled thread count unless the lever sets another); with a rate, a real load test
+(`run_load`, the same Poisson arrivals seed as the simulation) so the measured percentile is
+the one the simulator predicted. The baseline is measured the same way, for measured speedups.
+
+Accuracy: the user's `--eval file.py:FN` (FN(model) -> score, higher is better) or, without it,
+fidelity to the original model on N seeded sample inputs: top-1 agreement for classifier-shaped
+outputs (N x classes), else the mean cosine similarity of the flattened outputs. Input levers are
+compared on the original inputs through a wrapper that resizes/truncates them; precision levers
+through one that casts. A lever below the floor is marked rejected and never recommended.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from advisor.levers import CastInputs, LeverContext, Variant
+from advisor.rank import LeverResult, rank
+from profilers.errors import AdvisorError, HwlatError
+from profilers.loadtest import model_batch_runner, poisson_arrivals, run_load
+from profilers.modelbench import bench_model
+from profilers.oprecord import dtype_from_name
+
+FIDELITY_SAMPLES = 16
+BENCH_SECONDS = 3.0  # per lever, without a rate
+LOAD_REQUESTS = 500  # per lever, with a rate (p95 needs 93, p99 473)
+LOAD_MAX_SECONDS = 20.0
+ProgressFn = Callable[[str], None]
+
+
+def load_eval(spec: str) -> Callable[[nn.Module], float]:
+    """`path/to/file.py:FN` -> FN, which scores a model (higher is better)."""
+    path, sep, name = spec.rpartition(":")
+    if not sep or not path.endswith(".py"):
+        raise AdvisorError(f"--eval must be path/to/file.py:FUNCTION, got {spec!r}")
+    if not Path(path).is_file():
+        raise AdvisorError(f"--eval file {path} does not exist")
+    module_name = f"hwlat_eval_{abs(hash(path))}"
+    loader = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(loader)
+    sys.modules[module_name] = module
+    try:
+        loader.loader.exec_module(module)
+    except Exception as exc:
+        raise AdvisorError(f"--eval file {path} failed to import: {exc}") from exc
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise AdvisorError(f"--eval: {path} has no function {name!r}")
+    return fn
+
+
+def fidelity(reference: list[Any], outputs: list[Any]) -> tuple[str, float]:
+    """(metric, value) comparing outputs with the reference ones, sample by sample."""
+    ref = torch.cat([_first_tensor(o).float().reshape(_first_tensor(o).shape[0], -1)
+                     if _first_tensor(o).dim() == 2 else _flat(o) for o in reference])
+    out = torch.cat([_first_tensor(o).float().reshape(_first_tensor(o).shape[0], -1)
+                     if _first_tensor(o).dim() == 2 else _flat(o) for o in outputs])
+    if ref.shape != out.shape:  # truncated sequences: compare the common prefix
+        width = min(ref.shape[1], out.shape[1])
+        ref, out = ref[:, :width], out[:, :width]
+    classifier = _first_tensor(reference[0]).dim() == 2 and ref.shape[1] > 1
+    if classifier:
+        return "top1_agreement", float((ref.argmax(1) == out.argmax(1)).float().mean())
+    cos = nn.functional.cosine_similarity(ref, out, dim=1)
+    return "cosine_similarity", float(cos.mean())
+
+
+def _first_tensor(out: Any) -> torch.Tensor:
+    if torch.is_tensor(out):
+        return out
+    if hasattr(out, "to_tuple"):
+        out = out.to_tuple()
+    if isinstance(out, dict):
+        out = list(out.values())
+    for item in out:
+        if torch.is_tensor(item):
+            return item
+    raise AdvisorError("the model returns no tensor to compare; pass --eval")
+
+
+def _flat(out: Any) -> torch.Tensor:
+    t = _first_tensor(out).float()
+    return t.reshape(t.shape[0], -1) if t.dim() > 1 else t.reshape(1, -1)
+
+
+class Verifier:
+    """Measures the baseline once, then each lever, on this machine."""
+
+    def __init__(self, ctx: LeverContext, *, percentile_q: float, floor: float | None,
+                 eval_fn: Callable[[nn.Module], float] | None, rate: float | None,
+                 seed: int = 0, progress: ProgressFn | None = None) -> None:
+        self.ctx, self.q, self.floor, self.eval_fn = ctx, percentile_q, floor, eval_fn
+        self.rate, self.seed = rate, seed
+        self.say = progress or (lambda text: None)
+        self.samples = self._samples()
+        with torch.inference_mode():
+            self.reference = [ctx.model(*s) for s in self.samples]
+        self.baseline_score = self._score(ctx.model, None)
+
+    def _samples(self) -> list[list[torch.Tensor]]:
+        generator_state = torch.random.get_rng_state()
+        torch.manual_seed(self.seed)
+        try:
+            return [self.ctx.loaded.make_inputs() for _ in range(FIDELITY_SAMPLES)]
+        finally:
+            torch.random.set_rng_state(generator_state)
+
+    # --------------------------------------------------------------------------- latency
+
+    def measure(self, v: Variant) -> dict[str, float | None]:
+        """Measured p50/p95/p99 and the budget's percentile ("target"), in ms."""
+        model = v.model(self.ctx.model)
+        dtype = dtype_from_name(v.dtype or self.ctx.dtype)
+        if dtype != torch.float32:  # .to() casts in place: never touch the shared baseline
+            model = copy.deepcopy(model).to(dtype)
+        inputs = list(v.inputs or self.ctx.inputs)
+        if v.batch is not None:
+            inputs = [inputs[0].with_batch(v.batch), *inputs[1:]]
+        threads = v.threads or self.ctx.device.threads
+
+        def make(batch: int | None = None) -> list[torch.Tensor]:
+            specs = inputs if batch is None else [inputs[0].with_batch(batch), *inputs[1:]]
+            made = [s.make("cpu", self.ctx.loaded.vocab) for s in specs]
+            made = [t.to(dtype) if t.is_floating_point() else t for t in made]
+            if v.channels_last:
+                made = [t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t
+                        for t in made]
+            return made
+
+        if self.rate is None:
+            return self._bench(model, make, threads)
+        return self._load(model, make, threads, v)
+
+    def _bench(self, model: nn.Module, make: Callable, threads: int | None) -> dict:
+        args = make()
+        probe = bench_model(model, lambda: args, runs=3, warmup=1, threads=threads)
+        p50 = probe.stages["forward"].p50
+        runs = int(min(100, max(15, BENCH_SECONDS / max(p50, 1e-6))))
+        result = bench_model(model, lambda: args, runs=runs, warmup=2, threads=threads)
+        stats = result.stages["forward"]
+        return {"p50": stats.p50 * 1e3, "p95": stats.p95 * 1e3, "p99": stats.p99 * 1e3,
+                "target": stats.quantile(self.q) * 1e3, "runs": stats.n,
+                "target_supported": stats.supported(self.q)}
+
+    def _load(self, model: nn.Module, make: Callable, threads: int | None, v: Variant) -> dict:
+        serving = v.serving or {"workers": self.ctx.workers, "max_batch": self.ctx.max_batch,
+                                "max_wait_ms": self.ctx.max_wait_ms}
+        duration = min(LOAD_MAX_SECONDS, LOAD_REQUESTS / self.rate)
+        arrivals = poisson_arrivals(self.rate, duration, self.seed)
+        previous = torch.get_num_threads()
+        torch.set_num_threads(threads or previous)
+        try:
+            runner = model_batch_runner(model, lambda n: make(n))
+            runner(1)  # warm up outside the measured run
+            result = run_load(runner, arrivals, workers=serving["workers"],
+                              max_batch=serving["max_batch"],
+                              max_wait_s=serving["max_wait_ms"] / 1e3)
+        finally:
+            torch.set_num_threads(previous)
+        total = result.total
+        if total.n == 0:
+            raise AdvisorError(f"the load test served no request: {result.error}")
+        return {"p50": total.p50 * 1e3, "p95": total.p95 * 1e3, "p99": total.p99 * 1e3,
+                "target": total.quantile(self.q) * 1e3, "runs": total.n,
+                "target_supported": total.supported(self.q),
+                "queue_p99": result.queue.p99 * 1e3, "rejected": result.rejected}
+
+    # -------------------------------------------------------------------------- accuracy
+
+    def _score(self, model: nn.Module, v: Variant | None) -> dict[str, Any] | None:
+        if v is not None and v.wrap is not None:
+            model = v.wrap(model)
+        if v is not None and v.dtype:
+            dtype = dtype_from_name(v.dtype)
+            model = CastInputs(copy.deepcopy(model).to(dtype), dtype)
+        model.eval()
+        if self.eval_fn is not None:
+            value = self.eval_fn(model)
+            if not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise AdvisorError(f"--eval returned {value!r}, not a finite number")
+            return {"metric": "eval", "value": float(value)}
+        if v is None:
+            return None
+        with torch.inference_mode():
+            outputs = [model(*s) for s in self.samples]
+        metric, value = fidelity(self.reference, outputs)
+        return {"metric": metric, "value": value, "samples": len(self.samples)}
+
+    def accuracy(self, v: Variant) -> dict[str, Any]:
+        if not v.changes_model:
+            base = self.baseline_score or {"metric": "fidelity", "value": 1.0}
+            return {**base, "note": "the computation is unchanged"}
+        if v.spec is not None and self.eval_fn is None:
+            return {"metric": "unverified", "value": None,
+                    "note": "another network: fidelity to an untrained copy says nothing; "
+                            "pass --eval"}
+        score = self._score(v.model(self.ctx.model), v)
+        if self.baseline_score is not None:
+            score["baseline"] = self.baseline_score["value"]
+        return score
+
+    def check(self, r: LeverResult) -> None:
+        """Measure one lever in place; mark it rejected below the floor or if it fails."""
+        self.say(f"verifying: {r.label}")
+        try:
+            r.accuracy = self.accuracy(r.variant)
+            r.measured_ms = self.measure(r.variant)
+        except HwlatError as exc:
+            r.rejected = f"could not be applied: {exc}"
+            return
+        except (RuntimeError, NotImplementedError, TypeError) as exc:
+            r.rejected = f"could not be applied: {type(exc).__name__}: {str(exc)[:200]}"
+            return
+        value = r.accuracy.get("value")
+        if self.floor is not None and value is not None and value < self.floor:
+            r.rejected = (f"measured {r.accuracy['metric']} {value:.4f} is below the accuracy "
+                          f"floor {self.floor}")
+        if self.floor is not None:
+            r.accuracy["floor"] = self.floor
+            r.accuracy["passes"] = None if value is None else value >= self.floor
+
+
+def verify(advice, k: int, *, eval_fn: Callable | None = None,
+           progress: ProgressFn | None = None) -> dict:
+    """Measure the baseline and the top `k` levers; re-rank; return the comparison summary."""
+    _check_here(advice.context)
+    req = advice.request
+    verifier = Verifier(advice.context, percentile_q=req.q, floor=req.accuracy_floor,
+                        eval_fn=eval_fn, rate=req.rate, seed=req.seed, progress=progress)
+    if progress:
+        progress("verifying: the baseline")
+    advice.baseline.measured_ms = verifier.measure(advice.baseline.variant)
+    advice.baseline.accuracy = verifier.baseline_score
+    chosen = [r for r in advice.results if not r.rejected][:k]
+    for r in chosen:
+        verifier.check(r)
+    base_ms = advice.baseline.measured_ms["target"]
+    for r in chosen:
+        if r.measured_ms:
+            r.measured_ms["speedup"] = base_ms / r.measured_ms["target"]
+            r.measured_ms["meets_budget"] = r.measured_ms["target"] <= r.budget_ms
+    advice.results = rank(advice.results)
+    measured = [r for r in chosen if r.measured_ms]
+    summary = {"k": k, "verified": [r.label for r in chosen],
+               "baseline_measured_ms": advice.baseline.measured_ms,
+               "spearman_speedup": spearman([r.speedup for r in measured],
+                                            [r.measured_ms["speedup"] for r in measured]),
+               "rejected": {r.label: r.rejected for r in chosen if r.rejected}}
+    advice.verification = summary
+    return summary
+
+
+def spearman(a: list[float], b: list[float]) -> float | None:
+    """Spearman rank correlation (average ranks for ties); None under 3 pairs."""
+    if len(a) < 3 or len(a) != len(b):
+        return None
+    ra, rb = _ranks(a), _ranks(b)
+    if np.std(ra) == 0 or np.std(rb) == 0:
+        return None
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def _ranks(values: list[float]) -> np.ndarray:
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(len(values), dtype=float)
+    for v in set(values):  # ties share their mean rank
+        idx = [i for i, x in enumerate(values) if x == v]
+        ranks[idx] = ranks[idx].mean()
+    return ranks
+
+
+def _check_here(ctx: LeverContext) -> None:
+    """Verification measures on this machine: it must be the device advised about."""
+    from profilers.fingerprint import fingerprint
+
+    if ctx.device.kind != "cpu":
+        if not torch.cuda.is_available():
+            raise AdvisorError(f"--verify measures here, but {ctx.device.id} is a GPU and this "
+                               "machine has none; run advise --verify on that machine")
+        raise AdvisorError("--verify on GPUs is not implemented yet; verify on a CPU device")
+    here = fingerprint("cpu", ctx.device.threads).device_id
+    if here != ctx.device.id:
+        raise AdvisorError(f"--verify measures here, but this machine is {here}, not "
+                           f"{ctx.device.id}; run advise --verify on that machine")

@@ -1,0 +1,122 @@
+"""`hwlat advise`: what to try first to meet a latency budget, predicted, and verified on demand."""
+
+from __future__ import annotations
+
+import click
+from rich.table import Table
+
+from hwlat.commands.common import json_option, open_db
+from hwlat.output import emit_json, stderr, stdout
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+@click.command()
+@click.argument("model")
+@click.option("--device", required=True, help="Profiled device id or name (`hwlat devices`).")
+@click.option("--p95", type=click.FloatRange(min=0, min_open=True),
+              help="Latency budget: p95 in ms.")
+@click.option("--p99", type=click.FloatRange(min=0, min_open=True),
+              help="Latency budget: p99 in ms (instead of --p95).")
+@click.option("--input", "inputs", multiple=True,
+              help="Input spec, e.g. 1x3x224x224 or int64:1x128 (repeatable).")
+@click.option("--batch", type=click.IntRange(min=1), help="Override the first dimension.")
+@click.option("--dtype", default="float32", show_default=True,
+              type=click.Choice(["float32", "float16", "bfloat16"]))
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True),
+              help="Requests per second: percentiles come from the serving simulator.")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-batch", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Current dynamic-batching limit (with --rate).")
+@click.option("--max-wait-ms", default=0.0, show_default=True, type=click.FloatRange(min=0),
+              help="Current batching window (with --rate).")
+@click.option("--accuracy-floor", type=float,
+              help="Lowest acceptable score (--eval) or fidelity to the original (0-1).")
+@click.option("--eval", "eval_spec", help="file.py:FN scoring a model (higher is better).")
+@click.option("--lever", "levers", multiple=True, help="Only these levers (repeatable).")
+@click.option("--verify", "verify_k", type=click.IntRange(min=1), is_flag=False, flag_value=3,
+              default=None, help="Apply the top K levers for real and measure them [K=3].")
+@click.option("--seed", default=0, show_default=True)
+@json_option
+@click.pass_context
+def advise(ctx, model, device, p95, p99, inputs, batch, dtype, rate, workers, max_batch,
+           max_wait_ms, accuracy_floor, eval_spec, levers, verify_k, seed, as_json):
+    """Diagnose MODEL on DEVICE and rank what to try first to meet a p95/p99 budget."""
+    from advisor.engine import AdviceRequest
+    from advisor.engine import advise as run_advice
+    from advisor.verify import load_eval, verify
+
+    if (p95 is None) == (p99 is None):
+        raise click.BadParameter("give exactly one budget: --p95 MS or --p99 MS")
+    if rate is None and (max_batch != 1 or max_wait_ms != 0 or workers != 1):
+        raise click.BadParameter("--workers/--max-batch/--max-wait-ms describe serving under "
+                                 "load; give --rate too")
+    if rate is not None and batch not in (None, 1):
+        raise click.BadParameter("with --rate each request is one sample; batching is set with "
+                                 "--max-batch")
+    eval_fn = load_eval(eval_spec) if eval_spec else None
+    request = AdviceRequest(
+        spec=model, device=device, budget_ms=p95 if p95 is not None else p99,
+        percentile="p95" if p95 is not None else "p99", inputs=list(inputs) or None,
+        batch=batch, dtype=dtype, rate=rate, workers=workers, max_batch=max_batch,
+        max_wait_ms=max_wait_ms, accuracy_floor=accuracy_floor, eval_spec=eval_spec,
+        levers=tuple(levers) or None, seed=seed)
+    progress = None if as_json else (lambda text: stderr.print(f"[dim]{text}[/]"))
+    with open_db(ctx, readonly=True) as db:
+        advice = run_advice(db, request, progress)
+    if verify_k:
+        verify(advice, verify_k, eval_fn=eval_fn, progress=progress)
+    if as_json:
+        emit_json(advice.to_json())
+        return
+    _print(advice)
+
+
+def _print(advice) -> None:
+    req, pct = advice.request, advice.request.percentile
+    base, d = advice.baseline, advice.diagnosis
+    stdout.print(f"[bold]{req.spec}[/] on {advice.device_id}: predicted p50 "
+                 f"{base.p50_ms:.1f} ms, {pct} {base.target_ms:.1f} ms "
+                 f"[{base.interval_ms[0]:.1f}, {base.interval_ms[1]:.1f}]; budget {pct} "
+                 f"{req.budget_ms:g} ms" + (" (met)" if base.meets_budget else ""))
+    stdout.print(f"[bold]bottleneck: {d.bottleneck}[/] - {d.why}")
+    verified = any(r.measured_ms for r in advice.results)
+    table = Table(title=f"try first (ms; {pct} interval)")
+    for name in ("#", "lever", "p50", pct, "interval", "speedup", "budget", "risk", "effort",
+                 "why"):
+        table.add_column(name, justify="right" if name in ("#", "p50", pct, "speedup") else
+                         "left")
+    if verified:
+        table.add_column(f"measured p50/{pct}", justify="right")
+        table.add_column("accuracy")
+    for i, r in enumerate(advice.results, start=1):
+        budget = {"likely": "yes", "borderline": "maybe", "no": "no"}[r.confidence]
+        speed = f"{r.speedup:.2f}x" + (" slower" if r.slower else "")
+        row = [str(i), r.label, _fmt(r.p50_ms), _fmt(r.target_ms),
+               f"[{r.interval_ms[0]:.1f}, {r.interval_ms[1]:.1f}]", speed,
+               "REJECTED" if r.rejected else budget, f"{r.risk_level}: {r.risk}",
+               f"{r.effort_level}: {r.effort}", r.why]
+        if verified:
+            m = r.measured_ms
+            row.append(f"{m['p50']:.1f}/{m['target']:.1f}" if m else "")
+            a = r.accuracy or {}
+            row.append("" if not a else f"{a['metric']} {_fmt(a.get('value'), 3)}")
+        table.add_row(*row)
+    stdout.print(table)
+    fastest = advice.fastest
+    stdout.print("fastest meeting the budget: " + (fastest.label if fastest else "none"))
+    stdout.print("Pareto set (latency vs accuracy risk): "
+                 + ", ".join(r.label for r in advice.pareto))
+    for name, why in advice.not_applicable.items():
+        stdout.print(f"[dim]not applicable: {name}: {why}[/]")
+    for r in advice.results:
+        if r.rejected:
+            stdout.print(f"[red]rejected[/] {r.label}: {r.rejected}")
+    if advice.verification:
+        rho = advice.verification["spearman_speedup"]
+        stdout.print(f"verified {len(advice.verification['verified'])} levers; Spearman of "
+                     f"predicted vs measured speedup: {_fmt(rho, 2)}")
+    for note in advice.notes:
+        stdout.print(f"[dim]{note}[/]")

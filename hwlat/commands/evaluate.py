@@ -1,0 +1,90 @@
+"""`hwlat evaluate`: measure models for real on this device, predict them, compare."""
+
+from __future__ import annotations
+
+import click
+from rich.table import Table
+
+from hwlat.commands.common import json_option, open_db
+from hwlat.output import emit_json, stderr, stdout
+from predictor.devices import choose_device, require_this_machine
+from predictor.evaluate import EvalCase, EvalReport, evaluate, zoo_cases
+
+
+@click.command("evaluate")
+@click.argument("models", nargs=-1)
+@click.option("--device", help="Device id or alias (must be this machine).")
+@click.option("--threads", type=click.IntRange(min=1), help="Evaluate the profile at this count.")
+@click.option("--holdout-families", is_flag=True,
+              help="Without MODELS: only held-out models of families absent from training.")
+@click.option("--batch", "batches", multiple=True, type=click.IntRange(min=1),
+              help="Batch sizes (repeatable; default 1).")
+@click.option("--input", "inputs", multiple=True, metavar="SPEC",
+              help="Input shape for MODELS (repeatable), e.g. 1x3x224x224.")
+@click.option("--dtype", "dtypes", multiple=True, default=("float32",), show_default=True,
+              type=click.Choice(["float32", "float16", "bfloat16"]), help="Repeatable.")
+@click.option("--runs", default=30, show_default=True, type=click.IntRange(min=30),
+              help="Timed runs per model (median reported).")
+@click.option("--warmup", default=5, show_default=True, type=click.IntRange(min=1))
+@click.option("--plot", type=click.Path(dir_okay=False), help="Predicted vs measured (PNG).")
+@json_option
+@click.pass_context
+def evaluate_cmd(ctx, models, device, threads, holdout_families, batches, inputs, dtypes, runs,
+                 warmup, plot, as_json):
+    """Measure MODELS (default: the held-out zoo) here and compare with hwlat's predictions and
+    with FLOPs and roofline baselines fitted on the same database."""
+    batches = batches or (1,)
+    cases = _cases(models, inputs, batches, dtypes, holdout_families)
+    progress = None if as_json else (lambda text: stderr.print(f"[dim]{text}[/]"))
+    with open_db(ctx, readonly=True) as db:
+        row = choose_device(db, device, threads=threads)
+        require_this_machine(row)
+        report = evaluate(db, row.id, cases, runs=runs, warmup=warmup, progress=progress)
+    if plot:
+        report.plot(plot)
+    if as_json:
+        emit_json(report.to_json())
+        return
+    show(report)
+    if plot:
+        stderr.print(f"plot written to {plot}")
+
+
+def _cases(models, inputs, batches, dtypes, holdout_families) -> list[EvalCase]:
+    if models:
+        base = [EvalCase(m, _inputs_for(m, inputs, b)) for m in models for b in batches]
+    else:
+        base = zoo_cases(holdout_families=holdout_families, batches=batches)
+    return [EvalCase(c.spec, c.inputs, c.family, d) for c in base for d in dtypes]
+
+
+def _inputs_for(spec: str, inputs: tuple[str, ...], batch: int) -> tuple[str, ...]:
+    """The given input shapes at `batch`, else the model's default inputs at `batch`."""
+    from profilers.specs import load_model, parse_input_spec
+
+    specs = [parse_input_spec(s) for s in inputs] or load_model(spec, meta=True).inputs
+    return tuple(str(s.with_batch(batch)) for s in specs)
+
+
+def show(report: EvalReport) -> None:
+    table = Table("model", "inputs", "dtype", "measured ms", "hwlat ms", "err", "FLOPs-lin ms",
+                  "err", title=f"predicted vs measured on {report.device}")
+    for r in report.rows:
+        flops_err = (f"{(r.flops_pred_ms / r.measured_ms - 1):+.1%}"
+                     if r.flops_pred_ms is not None else "n/a")
+        table.add_row(r.spec, ",".join(r.inputs), r.dtype, f"{r.measured_ms:.2f}",
+                      f"{r.predicted_ms:.2f}", f"{r.error_pct / 100:+.1%}",
+                      f"{r.flops_pred_ms:.2f}" if r.flops_pred_ms is not None else "n/a",
+                      flops_err)
+    stdout.print(table)
+    summary = Table("predictor", "MAPE", "median APE", "within 5%", "within 10%", "within 20%",
+                    "Spearman", title=f"summary over {len(report.rows)} models")
+    for name, m in report.summary.items():
+        summary.add_row(name, f"{m['mape_pct']:.1f}%", f"{m['median_ape_pct']:.1f}%",
+                        f"{m['within_5pct']:.0%}", f"{m['within_10pct']:.0%}",
+                        f"{m['within_20pct']:.0%}", f"{m['spearman']:.3f}")
+    stdout.print(summary)
+    stdout.print(f"interval coverage: {report.interval_coverage:.0%} of measured medians inside "
+                 f"the predicted 80% interval")
+    for note in report.notes:
+        stdout.print(f"[dim]{note}[/]")

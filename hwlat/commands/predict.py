@@ -1,0 +1,80 @@
+"""`hwlat predict`: a model's latency on a profiled device, without running it there."""
+
+from __future__ import annotations
+
+import click
+from rich.table import Table
+
+from hwlat.commands.common import input_options, json_option, open_db, parse_inputs
+from hwlat.output import emit_json, stderr, stdout
+from predictor.devices import choose_device
+from predictor.e2e import Prediction, Predictor
+
+
+@click.command()
+@click.argument("models", nargs=-1, required=True)
+@click.option("--device", help="Device id or alias (default: this machine, else the only one).")
+@input_options
+@click.option("--threads", type=click.IntRange(min=1),
+              help="Predict at this thread count (needs a profile at that count).")
+@click.option("--channels-last", is_flag=True, help="Run 4-d tensors in channels_last.")
+@click.option("--strict", is_flag=True, help="Fail on ops hwlat cannot model.")
+@click.option("--retrain", is_flag=True, help="Retrain the device's models even if cached.")
+@json_option
+@click.pass_context
+def predict(ctx, models, device, inputs, batch, dtype, threads, channels_last, strict, retrain,
+            as_json):
+    """Predict the latency of MODELS (specs: torchvision:NAME, timm:NAME, hf:TYPE, file.py:FN,
+    model.pt2) on a profiled device."""
+    with open_db(ctx, readonly=True) as db:
+        row = choose_device(db, device, threads=threads)
+        predictor = Predictor.for_device(db, row.id, retrain=retrain,
+                                         progress=None if as_json else _note)
+    specs = parse_inputs(inputs)
+    predictions = [predictor.predict_spec(m, inputs=specs, batch=batch, dtype=dtype,
+                                          strict=strict, channels_last=channels_last)
+                   for m in models]
+    if as_json:
+        emit_json(predictions[0].to_json() if len(predictions) == 1
+                  else [p.to_json() for p in predictions])
+        return
+    if len(predictions) == 1:
+        _show_one(predictions[0])
+    else:
+        _show_many(predictions)
+
+
+def _note(text: str) -> None:
+    stderr.print(f"[dim]{text}[/]")
+
+
+def _show_one(p: Prediction) -> None:
+    lo, hi = p.interval_ms
+    stdout.print(f"[bold]{p.spec}[/] [{', '.join(p.inputs)}] on {p.device}")
+    stdout.print(f"predicted p50 [bold]{p.p50_ms:.2f} ms[/] (80% interval {lo:.2f}-{hi:.2f} ms), "
+                 f"{p.flops / 1e9:.2f} GFLOPs, {p.n_ops} ops ({p.n_timed_ops} timed), "
+                 f"{p.measured_share:.0%} of the time from exactly profiled configs")
+    fam = Table("family", "ms", "share", title="by op family")
+    for name, ms in sorted(p.per_family.items(), key=lambda kv: -kv[1]):
+        fam.add_row(name, f"{ms:.3f}", f"{ms / p.p50_ms:.0%}" if p.p50_ms else "")
+    stdout.print(fam)
+    top = Table("op", "module", "shapes", "ms", "source", title="ten most expensive ops")
+    for op in p.top_ops:
+        top.add_row(op["op"], op.get("module", ""), op.get("shapes", ""), f"{op['ms']:.3f}",
+                    op.get("source", ""))
+    stdout.print(top)
+    if p.unmodelled:
+        stdout.print("[yellow]unmodelled ops (roofline fallback, not 0):[/] " + ", ".join(
+            f"{u['op']} x{u['count']} {u['estimated_ms']:.3f} ms ({u['share']:.1%})" for u in p.unmodelled))
+    for note in p.notes:
+        stdout.print(f"[dim]{note}[/]")
+
+
+def _show_many(predictions: list[Prediction]) -> None:
+    table = Table("model", "inputs", "p50 ms", "interval ms", "GFLOPs", "ops", "unmodelled")
+    for p in predictions:
+        lo, hi = p.interval_ms
+        table.add_row(p.spec, ",".join(p.inputs), f"{p.p50_ms:.2f}", f"{lo:.2f}-{hi:.2f}",
+                      f"{p.flops / 1e9:.2f}", str(p.n_ops),
+                      f"{sum(u['share'] for u in p.unmodelled):.1%}" if p.unmodelled else "-")
+    stdout.print(table)

@@ -1,0 +1,107 @@
+"""`hwlat profile` as a user runs it: covers the zoo, survives SIGKILL, shares a db with itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+QUICK = ["--models", "torchvision:squeezenet1_1", "--batch", "1", "--random-per-family", "3",
+         "--threads", "1"]
+
+
+def _hwlat(db: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, "-m", "hwlat", "--db", str(db), *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _measured(db: Path) -> dict[str, bytes]:
+    """Every measurement's raw samples by (config key, measurement uid)."""
+    con = sqlite3.connect(db)
+    try:
+        rows = con.execute("SELECT c.key, m.uid, m.samples FROM measurements m "
+                           "JOIN op_configs c ON c.id = m.config_id").fetchall()
+    finally:
+        con.close()
+    return {(k, u): s for k, u, s in rows}
+
+
+def _count(db: Path) -> int:
+    if not db.exists():
+        return 0
+    try:
+        con = sqlite3.connect(db, timeout=30)
+        try:
+            return con.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.OperationalError:
+        return 0  # schema not created yet
+
+
+def test_kill_9_then_resume_loses_nothing(tmp_path):
+    db = tmp_path / "k.db"
+    proc = _hwlat(db, "profile", "--budget", "120s", "--no-e2e", *QUICK, "--json")
+    deadline = time.monotonic() + 90
+    while _count(db) < 15 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = _measured(db)
+    assert len(before) >= 15
+
+    again = _hwlat(db, "profile", "--budget", "25s", "--no-e2e", *QUICK, "--json")
+    out, err = again.communicate(timeout=120)
+    assert again.returncode == 0, err
+    report = json.loads(out)
+    after = _measured(db)
+    # nothing measured before the kill is lost or changed, and the second run added more
+    assert all(after.get(k) == v for k, v in before.items())
+    assert len(after) > len(before)
+    assert report["zoo_measured"] == report["zoo_configs"] > 0
+    keys = [k for k, _ in after]
+    assert len(keys) == len(set(keys)), "a config was measured twice"
+
+
+def test_two_concurrent_runs_split_the_work(tmp_path):
+    db = tmp_path / "k.db"
+    first = _hwlat(db, "profile", "--budget", "30s", "--no-e2e", *QUICK, "--json")
+    time.sleep(1.0)
+    second = _hwlat(db, "profile", "--budget", "30s", "--no-e2e", *QUICK, "--json")
+    results = [p.communicate(timeout=150) for p in (first, second)]
+    assert first.returncode == 0, results[0][1]
+    assert second.returncode == 0, results[1][1]
+    reports = [json.loads(out) for out, _ in results]
+    measured = _measured(db)
+    keys = [k for k, _ in measured]
+    assert len(keys) == len(set(keys)), "two runs measured the same config"
+    assert sum(r["measured_now"] for r in reports) == len(measured)
+    assert reports[1]["zoo_measured"] == reports[1]["zoo_configs"]
+
+
+def test_unknown_training_model_is_a_one_line_error(tmp_path):
+    proc = _hwlat(tmp_path / "k.db", "profile", "--budget", "10s", "--models", "torchvision:nope")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert err.strip().count("\n") == 0 and "training zoo" in err
+
+
+@pytest.mark.parametrize("budget", ["0s", "-5m", "ten"])
+def test_bad_budget_is_bad_usage(tmp_path, budget):
+    from click.testing import CliRunner
+
+    from hwlat.cli import cli
+
+    result = CliRunner().invoke(cli, ["--db", str(tmp_path / "k.db"), "profile", "--budget", budget])
+    assert result.exit_code == 2
+    assert "--budget" in result.output

@@ -1,0 +1,121 @@
+"""The command line as a user drives it: exit codes, one-line errors, the JSON contracts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from hwlat.cli import cli
+
+
+def run(*args: str, db=None):
+    prefix = ["--db", str(db)] if db is not None else []
+    return CliRunner().invoke(cli, [*prefix, *args])
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    db = tmp_path_factory.mktemp("cli") / "k.db"
+    result = run("profile", "--budget", "25s", "--models", "torchvision:squeezenet1_1",
+                 "--batch", "1", "--random-per-family", "4", "--threads", "1", "--name", "box",
+                 "--json", db=db)
+    assert result.exit_code == 0, result.output
+    return db, json.loads(result.stdout)
+
+
+def test_help_and_version():
+    assert run("--help").exit_code == 0
+    assert "hwlat" in run("--version").output
+
+
+def test_profile_report_covers_the_zoo(profiled):
+    _, report = profiled
+    assert report["zoo_configs"] > 10
+    assert report["zoo_measured"] == report["zoo_configs"]
+    assert 0 < report["noise_median"] < 1
+
+
+def test_devices_json_has_counts(profiled):
+    db, report = profiled
+    result = run("devices", "--json", db=db)
+    assert result.exit_code == 0
+    (device,) = json.loads(result.stdout)
+    assert device["id"] == report["device_id"] and device["name"] == "box"
+    assert device["threads"] == 1
+    assert device["n_configs"] >= device["n_measured"] >= report["zoo_configs"]
+    assert device["n_samples"] > device["n_measured"] and device["n_models"] >= 1
+
+
+def test_predict_json_contract(profiled):
+    db, _ = profiled
+    result = run("predict", "torchvision:squeezenet1_1", "--device", "box", "--json", db=db)
+    assert result.exit_code == 0, result.output
+    p = json.loads(result.stdout)
+    lo, hi = p["interval_ms"]
+    assert lo <= p["latency_ms"]["p50"] <= hi and p["latency_ms"]["p50"] > 0
+    assert p["n_ops"] > 0 and isinstance(p["unmodelled"], list)
+    assert p["device"].startswith("cpu-")
+    assert abs(sum(p["per_family"].values()) - p["latency_ms"]["p50"]) < 1e-6 * p["latency_ms"]["p50"] + 1e-9
+    assert p["measured_share"] > 0.9  # squeezenet's own configs were profiled exactly
+
+
+def test_predict_several_models_and_unseen_ones(profiled):
+    db, _ = profiled
+    result = run("predict", "torchvision:squeezenet1_1", "torchvision:mnasnet0_5",
+                 "--batch", "2", "--json", db=db)
+    assert result.exit_code == 0, result.output
+    a, b = json.loads(result.stdout)
+    assert a["inputs"] == ["2x3x224x224"] and b["latency_ms"]["p50"] > 0
+    assert b["measured_share"] < 1.0
+
+
+def test_unknown_device_lists_known_ones(profiled):
+    db, report = profiled
+    result = run("predict", "torchvision:resnet18", "--device", "nope", db=db)
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and "box" in result.output
+
+
+def test_bad_input_spec_is_bad_usage(profiled):
+    db, _ = profiled
+    result = run("predict", "torchvision:resnet18", "--input", "1xAx3", db=db)
+    assert result.exit_code == 2
+
+
+def test_unknown_model_is_a_domain_error(profiled):
+    db, _ = profiled
+    result = run("predict", "torchvision:resnet19", db=db)
+    assert result.exit_code == 1 and "resnet18" in result.output
+
+
+def test_export_import_round_trip(profiled, tmp_path):
+    db, report = profiled
+    path = tmp_path / "box.hwlat.gz"
+    assert run("db", "export", "box", str(path), db=db).exit_code == 0
+    other = tmp_path / "other.db"
+    assert run("db", "import", str(path), db=other).exit_code == 0
+    mine = json.loads(run("devices", "--json", db=db).stdout)[0]
+    theirs = json.loads(run("devices", "--json", db=other).stdout)[0]
+    for key in ("id", "n_configs", "n_measured", "n_samples", "n_models"):
+        assert mine[key] == theirs[key]
+    p1 = json.loads(run("predict", "torchvision:squeezenet1_1", "--json", db=db).stdout)
+    p2 = json.loads(run("predict", "torchvision:squeezenet1_1", "--json", db=other).stdout)
+    assert p1["latency_ms"]["p50"] == pytest.approx(p2["latency_ms"]["p50"], rel=1e-9)
+
+
+def test_corrupt_database_is_refused_and_kept(tmp_path):
+    path = tmp_path / "bad.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    result = run("devices", db=path)
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert path.read_bytes() == b"this is not sqlite" * 100
+
+
+def test_missing_database_says_what_to_do(tmp_path):
+    for args in (["devices", "--json"], ["predict", "torchvision:resnet18"]):
+        result = run(*args, db=tmp_path / "new.db")
+        assert result.exit_code == 1 and "hwlat profile" in result.output
+        assert result.output.count("\n") == 1
+    assert not (tmp_path / "new.db").exists()
