@@ -213,6 +213,8 @@ def input_size_variants(ctx: LeverContext) -> list[Variant] | str:
         h, w = first.shape[2:]
         sizes = sorted({(_round8(h * s), _round8(w * s)) for s in RESOLUTION_SCALES} - {(h, w)},
                        reverse=True)
+        if not sizes:
+            return f"the input ({h}x{w}) is already at the smallest size tried (32)"
         return [_resized(ctx, (*first.shape[:2], sh, sw), f"resolution {sh}x{sw}")
                 for sh, sw in sizes]
     if not first.is_floating and len(first.shape) == 2 and first.shape[1] >= 16:

@@ -4,7 +4,8 @@ Order (best first):
   0  meets the budget even at the top of its predicted interval, and not rejected
   1  meets the budget at its predicted value, but its interval crosses the budget
   2  faster than now but misses the budget
-  3  predicted no faster than now (shown as slower: "the optimization made it slower")
+  3  predicted no faster than now (< 1.02x; under 0.98x shown as slower: "the optimization
+     made it slower")
   4  rejected: measured below the accuracy floor (never recommended), or failed to apply
 Within groups 0-1 the predicted speedup is divided by a risk/effort penalty,
 1 + RISK_WEIGHT * risk + EFFORT_WEIGHT * effort (levels 0-3), so a cast that nearly matches a
@@ -21,6 +22,7 @@ from typing import Any
 RISK_WEIGHT = 0.15
 EFFORT_WEIGHT = 0.10
 SLOWER_BELOW = 0.98  # a predicted speedup under this is shown as a slowdown
+FASTER_FROM = 1.02  # and one under this is no change: nothing to try
 
 
 @dataclass
@@ -70,9 +72,11 @@ class LeverResult:
     def group(self) -> int:
         if self.rejected:
             return 4
+        if self.speedup < FASTER_FROM:
+            return 3
         if self.meets_budget:
             return 0 if self.confidence == "likely" else 1
-        return 2 if not self.slower and self.speedup > 1.0 else 3
+        return 2
 
     def to_json(self, percentile: str) -> dict[str, Any]:
         out = {"lever": self.lever, "label": self.label, "params": self.params,

@@ -129,11 +129,39 @@ def plan(db: KernelDB, device_id: str, settings: ProfileSettings,
 
 
 def _measure_config(record, device: str, flusher, threads: int):
+    """(measurement, telemetry or None); on a GPU a config timed while throttled is re-timed."""
     from profilers.opbench import op_callable
     from profilers.timer import measure_stable
 
     fn = op_callable(record, device=device)
-    return measure_stable(fn, flush=flusher, device=_device_type(device), label=record.op)
+
+    def timed():
+        return measure_stable(fn, flush=flusher, device=device, label=record.op)
+
+    if _device_type(device) != "cuda":
+        return timed(), None
+    m, tel = _with_telemetry(timed, device)
+    if tel and tel["throttled"]:
+        m, tel = _with_telemetry(timed, device)
+        tel["remeasured"] = True
+    return m, tel
+
+
+def _with_telemetry(timed, device: str):
+    """Run `timed()` between two NVML snapshots; telemetry None where NVML is unavailable."""
+    from profilers import telemetry
+    from profilers.errors import DeviceError
+
+    index = int(device.partition(":")[2] or 0)
+    try:
+        before = telemetry.read_telemetry(index)
+    except (DeviceError, ImportError):
+        return timed(), None
+    m = timed()
+    after = telemetry.read_telemetry(index)
+    warnings = telemetry.compare(before, after)
+    return m, {"before": before.to_json(), "after": after.to_json(), "warnings": warnings,
+               "throttled": after.throttled or bool(warnings), "remeasured": False}
 
 
 def measure_configs(db: KernelDB, device_id: str, run_id: str, settings: ProfileSettings,
@@ -153,12 +181,12 @@ def measure_configs(db: KernelDB, device_id: str, run_id: str, settings: Profile
                 break
             record = OpRecord.from_json(row.record)
             try:
-                m = _measure_config(record, settings.device, flusher, threads)
+                m, tel = _measure_config(record, settings.device, flusher, threads)
             except Exception as exc:  # noqa: BLE001 - one bad config must not stop a run
                 db.mark_failed(row.id, run_id, f"{type(exc).__name__}: {exc}"[:300])
                 continue
             db.add_measurement(row.id, run_id, m.samples_s, flushed=flusher is not None,
-                               threads=threads, noisy=m.is_noisy)
+                               threads=threads, noisy=m.is_noisy, telemetry=tel)
             done += 1
             if progress:
                 progress(f"timing {row.family} ({row.source})", deadline.fraction())
@@ -172,7 +200,7 @@ def measure_models(db: KernelDB, device_id: str, run_id: str, settings: ProfileS
     """End-to-end latency of the training zoo's cases that this device has no measurement of."""
     from profilers.modelbench import time_forward
 
-    have = {(m.model, m.settings_key) for m in db.model_measurements(device_id)}
+    have = {(m.model, m.settings_key) for m in db.model_measurements(device_id, kind="e2e")}
     stop_at = deadline.used() + share_s
     done = 0
     for case in _zoo_cases(settings):
@@ -260,6 +288,24 @@ def family_errors(db: KernelDB, device_id: str) -> dict[str, float]:
     return errors
 
 
+def _flush_bytes(fp) -> int:
+    """About the cache the timed op competes for: L2 per core x threads on a CPU, the whole
+    (shared) L2 on a GPU - not x CPU threads, which made a 60 MB L2 a 960 MB flush."""
+    l2 = fp.l2_bytes or 0
+    return max(l2 if fp.kind == "cuda" else l2 * fp.threads, 1 << 20)
+
+
+def _tf32_settings(device: str) -> dict | None:
+    """fp32 matmuls/convs may run as TF32 on NVIDIA GPUs; what was timed depends on it."""
+    if _device_type(device) != "cuda":
+        return None
+    import torch
+
+    return {"matmul": torch.backends.cuda.matmul.allow_tf32,
+            "cudnn": torch.backends.cudnn.allow_tf32,
+            "float32_matmul_precision": torch.get_float32_matmul_precision()}
+
+
 def profile_device(db: KernelDB, settings: ProfileSettings,
                    progress: ProgressFn | None = None) -> ProfileReport:
     """The whole `hwlat profile` job within `settings.budget_s`."""
@@ -281,14 +327,15 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
                                                   dtypes=settings.dtypes, budget_s=5.0))
         run_id = db.start_run(device_id, budget_s=settings.budget_s,
                               settings={"dtypes": list(settings.dtypes), "seed": settings.seed,
-                                        "models": list(settings.models or [])})
+                                        "models": list(settings.models or []),
+                                        "tf32": _tf32_settings(settings.device)})
         report.run_id = run_id
         status = "interrupted"
         try:
             t = time.monotonic()
             report.planned, report.zoo_configs = plan(db, device_id, settings, progress)
             report.phases["plan_s"] = time.monotonic() - t
-            flusher = CacheFlusher(max(fp.l2_bytes * fp.threads, 1 << 20), _device_type(settings.device))
+            flusher = CacheFlusher(_flush_bytes(fp), settings.device)
             t = time.monotonic()
             report.measured_now += measure_configs(db, device_id, run_id, settings, deadline, flusher,
                                                    fp.threads, max_priority=0, progress=progress)

@@ -110,6 +110,7 @@ class LoadedModel:
     postprocess: Callable | None = None
     family: str = ""
     built_on: str = "cpu"  # "meta" when built without weights; capture needs no more
+    raw_input: Any = None  # what `preprocess` takes, when the factory gives a sample of it
 
     def make_inputs(self, device: str = "cpu") -> list[torch.Tensor]:
         return [s.make(device, self.vocab) for s in self.inputs]
@@ -123,6 +124,7 @@ class _Built:
     vocab: int | None = None
     preprocess: Callable | None = None
     postprocess: Callable | None = None
+    raw_input: Any = None
 
 
 def load_model(
@@ -141,7 +143,7 @@ def load_model(
     if batch is not None:
         chosen = [i.with_batch(batch) for i in chosen]
     return LoadedModel(spec, _eval(built.model), chosen, built.vocab, built.preprocess,
-                       built.postprocess, built.family, built_on)
+                       built.postprocess, built.family, built_on, built.raw_input)
 
 
 def _eval(model: nn.Module) -> nn.Module:
@@ -301,7 +303,8 @@ def _from_factory_result(made: Any, where: str, family: str) -> _Built:
                         f"'inputs' and optionally 'preprocess'/'postprocess'; got {type(made).__name__}")
     inputs = [_as_input_spec(i) for i in made.get("inputs") or []]
     return _Built(made["model"], inputs, made.get("family", family), made.get("vocab"),
-                  made.get("preprocess"), made.get("postprocess"))
+                  made.get("preprocess"), made.get("postprocess"),
+                  made.get("raw_input", made.get("sample")))
 
 
 def _build_pt2(path: Path) -> _Built:

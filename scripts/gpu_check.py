@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=".")
     parser.add_argument("--budget", default="4m", help="hwlat profile --budget")
     parser.add_argument("--total", type=float, default=450.0, help="seconds for everything")
-    parser.add_argument("--runs", type=int, default=20, help="hwlat evaluate --runs")
+    parser.add_argument("--runs", type=int, default=30, help="hwlat evaluate --runs")
     args = parser.parse_args(argv)
     deadline = Deadline(args.total)
     Path(args.out).mkdir(parents=True, exist_ok=True)

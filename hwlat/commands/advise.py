@@ -9,6 +9,9 @@ from hwlat.commands.common import json_option, open_db
 from hwlat.output import emit_json, stderr, stdout
 
 
+_LEVEL = ("none", "low", "medium", "high")
+
+
 def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -83,21 +86,23 @@ def _print(advice) -> None:
                  f"{req.budget_ms:g} ms" + (" (met)" if base.meets_budget else ""))
     stdout.print(f"[bold]bottleneck: {d.bottleneck}[/] - {d.why}")
     verified = any(r.measured_ms for r in advice.results)
-    table = Table(title=f"try first (ms; {pct} interval)")
-    for name in ("#", "lever", "p50", pct, "interval", "speedup", "budget", "risk", "effort",
-                 "why"):
-        table.add_column(name, justify="right" if name in ("#", "p50", pct, "speedup") else
-                         "left")
+    table = Table(title=f"try first (ms; {pct} with its predicted interval)")
+    table.add_column("#", justify="right")
+    table.add_column("lever", no_wrap=True)
+    for name in ("p50", pct, "speedup"):
+        table.add_column(name, justify="right")
+    for name in ("budget", "risk", "effort"):
+        table.add_column(name)
     if verified:
         table.add_column(f"measured p50/{pct}", justify="right")
         table.add_column("accuracy")
     for i, r in enumerate(advice.results, start=1):
-        budget = {"likely": "yes", "borderline": "maybe", "no": "no"}[r.confidence]
+        budget = "REJECTED" if r.rejected else {"likely": "yes", "borderline": "maybe",
+                                                "no": "no"}[r.confidence]
         speed = f"{r.speedup:.2f}x" + (" slower" if r.slower else "")
-        row = [str(i), r.label, _fmt(r.p50_ms), _fmt(r.target_ms),
-               f"[{r.interval_ms[0]:.1f}, {r.interval_ms[1]:.1f}]", speed,
-               "REJECTED" if r.rejected else budget, f"{r.risk_level}: {r.risk}",
-               f"{r.effort_level}: {r.effort}", r.why]
+        row = [str(i), r.label, _fmt(r.p50_ms),
+               f"{r.target_ms:.1f} [{r.interval_ms[0]:.1f}, {r.interval_ms[1]:.1f}]", speed,
+               budget, _LEVEL[r.risk_level], _LEVEL[r.effort_level]]
         if verified:
             m = r.measured_ms
             row.append(f"{m['p50']:.1f}/{m['target']:.1f}" if m else "")
@@ -105,6 +110,9 @@ def _print(advice) -> None:
             row.append("" if not a else f"{a['metric']} {_fmt(a.get('value'), 3)}")
         table.add_row(*row)
     stdout.print(table)
+    for i, r in enumerate(advice.results[:5], start=1):
+        stdout.print(f"{i}. {r.label}: {r.why}; risk: {r.risk}; effort: {r.effort}"
+                     + "".join(f"; {n}" for n in r.notes))
     fastest = advice.fastest
     stdout.print("fastest meeting the budget: " + (fastest.label if fastest else "none"))
     stdout.print("Pareto set (latency vs accuracy risk): "

@@ -1,0 +1,142 @@
+"""`hwlat advise` through click's CliRunner, on a small database of this machine.
+
+The database holds this machine's real fingerprint (so --verify may measure here) and op
+latencies that follow a known formula (1.7 x roofline + 4 us): predictions are deterministic and
+the test does not depend on how busy the machine is. Verification measures for real.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from hwlat.cli import cli
+from hwlat.commands.advise import advise
+from kernels_db.store import KernelDB
+from predictor.features import roofline_s
+from profilers import ops, sampling
+from profilers.capture import capture_spec
+from profilers.fingerprint import fingerprint
+
+PEAKS = {"gflops": {"float32": 50.0, "bfloat16": 80.0}, "gbps": 10.0}
+SMALL = "1x3x64x64"
+
+if "advise" not in cli.commands:  # until hwlat/commands/__init__.py registers it
+    cli.add_command(advise)
+
+
+def synthetic_s(record) -> float:
+    return 1.7 * roofline_s(record, PEAKS) + 4e-6
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("advise")
+    fp = fingerprint("cpu", 1)
+    records = []
+    for family, n in (("conv", 40), ("matmul", 15), ("eltwise", 15), ("norm", 10),
+                      ("pool", 10)):
+        records += sampling.random_records(family, n, seed=5)
+    records += capture_spec("torchvision:resnet18", inputs=[SMALL]).ops
+    records = list({r.key: r for r in records}.values())
+    path = root / "k.db"
+    with KernelDB.open(path) as db:
+        db.upsert_device(fp.to_json(), device_id=fp.device_id, kind="cpu", threads=1,
+                         peaks=PEAKS)
+        db.add_configs(fp.device_id, [(r.key, r.op, ops.family_of(r.op), r.dtype, "random",
+                                       r.to_json()) for r in records])
+        ids = db.config_ids(fp.device_id)
+        for r in records:
+            db.add_measurement(ids[r.key], None, [synthetic_s(r)] * 3, flushed=True, threads=1,
+                               noisy=False)
+        total = sum(synthetic_s(r) for r in capture_spec("torchvision:resnet18",
+                                                         inputs=[SMALL]).ops
+                    if not ops.is_free(r, ops.lookup(r.op)))
+        spread = np.linspace(0.97, 1.2, 40)
+        db.add_model_measurement(fp.device_id, "torchvision:resnet18", "resnet",
+                                 {"inputs": [SMALL], "batch": 1, "dtype": "float32",
+                                  "threads": 1, "device": "cpu", "kind": "e2e"},
+                                 list(total * spread))
+    return {"db": str(path), "device": fp.device_id, "cache": str(root / "cache")}
+
+
+def run(env, *args):
+    runner = CliRunner()
+    return runner.invoke(cli, ["--db", env["db"], "advise", "torchvision:resnet18",
+                               "--device", env["device"], "--input", SMALL, *args],
+                         env={"XDG_CACHE_HOME": env["cache"]})
+
+
+def run_json(env, *args) -> dict:
+    result = run(env, *args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_advise_json_ranks_levers_with_predictions(env):
+    out = run_json(env, "--p95", "1000")
+    assert out["device"] == env["device"]
+    levers = out["levers"]
+    assert {"prune", "precision", "input_size"} <= {r["lever"] for r in levers}
+    for r in levers:
+        p = r["predicted_ms"]
+        assert p["interval"][0] <= p["p95"] <= p["interval"][1]
+        assert "risk" in r and "effort" in r and "why" in r
+    assert out["diagnosis"]["bottleneck"] in ("compute", "memory bandwidth", "overhead")
+    assert out["fastest_meeting_budget"] is not None
+    ranked_speed = [r["speedup"] for r in levers if r["meets_budget"] and not r["slower"]]
+    assert ranked_speed  # budget is generous: every faster lever meets it
+    batch = [r for r in levers if r["lever"] == "batch"]
+    assert batch and all(r["slower"] for r in batch)  # one request's wait grows with the batch
+    assert "p95/p50" in out["spread"]["basis"]
+
+
+def test_pruning_is_predicted_faster(env):
+    out = run_json(env, "--p95", "1000", "--lever", "prune")
+    speedups = {r["params"]["ratio"]: r["speedup"] for r in out["levers"]}
+    assert 1.0 < speedups[0.25] < speedups[0.5] < speedups[0.75]
+
+
+def test_rate_uses_the_simulator_and_batching(env):
+    base = run_json(env, "--p95", "1000", "--lever", "prune")["baseline"]["predicted_ms"]["p50"]
+    rate = 0.8 / (base / 1e3)  # 80% busy at batch 1
+    out = run_json(env, "--p99", "1000", "--rate", f"{rate:.1f}", "--lever",
+                   "dynamic_batching")
+    assert out["simulation"]["baseline"]["requests"] > 1000
+    (best,) = out["levers"]
+    assert best["simulated"]["max_batch"] > 1
+    assert best["predicted_ms"]["p99"] < out["baseline"]["predicted_ms"]["p99"]
+
+
+def test_verify_measures_and_never_recommends_below_the_floor(env):
+    out = run_json(env, "--p95", "1000", "--lever", "prune", "--lever", "precision",
+                   "--accuracy-floor", "0.999", "--verify", "2")
+    verified = [r for r in out["levers"] if "measured_ms" in r or "rejected" in r]
+    assert verified
+    assert out["baseline"]["measured_ms"]["p50"] > 0
+    for r in verified:
+        if "measured_ms" in r:
+            assert r["measured_ms"]["p50"] > 0 and "value" in r["accuracy"]
+    rejected = {r["label"] for r in out["levers"] if r.get("rejected")}
+    assert out["fastest_meeting_budget"] not in rejected
+    assert not rejected & set(out["pareto"])
+
+
+def test_human_output_has_the_table(env):
+    result = run(env, "--p95", "1000", "--lever", "prune")
+    assert result.exit_code == 0, result.output
+    assert "bottleneck:" in result.stdout and "prune 50%" in result.stdout
+
+
+def test_bad_usage_and_domain_errors(env):
+    assert run(env).exit_code == 2  # no budget
+    assert run(env, "--p95", "5", "--p99", "6").exit_code == 2
+    assert run(env, "--p95", "5", "--max-batch", "4").exit_code == 2  # needs --rate
+    bad = CliRunner().invoke(cli, ["--db", env["db"], "advise", "torchvision:resnet18",
+                                   "--device", "nope", "--p95", "5"])
+    assert bad.exit_code == 1 and "unknown device" in bad.output
+    unknown = run(env, "--p95", "5", "--lever", "magic")
+    assert unknown.exit_code == 1 and "unknown lever" in unknown.output
