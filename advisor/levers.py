@@ -31,6 +31,7 @@ SEQUENCE_SCALES = (0.75, 0.5)
 BATCH_SIZES = (2, 4, 8)
 WINDOW_MS = (1.0, 2.0, 5.0, 10.0)
 MAX_SMALLER = 3
+_SHORT = {"float16": "fp16", "bfloat16": "bf16"}
 
 
 @dataclass
@@ -155,7 +156,7 @@ def prune_variants(ctx: LeverContext) -> list[Variant] | str:
     if prunable_sites(ctx.model) == 0:
         return ("no prunable block (ResNet blocks, inverted residuals, conv/linear chains in "
                 "nn.Sequential)")
-    return [Variant("prune", f"prune {int(r * 100)}% of inner channels", {"ratio": r},
+    return [Variant("prune", f"prune {int(r * 100)}%", {"ratio": r},
                     build=lambda r=r: prune_model(ctx.model, r)[0]) for r in PRUNE_RATIOS]
 
 
@@ -171,7 +172,7 @@ def precision_variants(ctx: LeverContext) -> list[Variant] | str:
         sm = max((int(f[3:]) for f in isa if f.startswith("sm_") and f[3:].isdigit()),
                  default=0)
         choices = ["float16", "bfloat16"] if sm >= 80 else ["float16"]
-    return [Variant("precision", f"cast to {d}", {"dtype": d}, dtype=d) for d in choices]
+    return [Variant("precision", _SHORT[d], {"dtype": d}, dtype=d) for d in choices]
 
 
 def int8_variants(ctx: LeverContext) -> list[Variant] | str:
@@ -188,7 +189,7 @@ def int8_variants(ctx: LeverContext) -> list[Variant] | str:
             return torch.ao.quantization.quantize_dynamic(copy.deepcopy(ctx.model),
                                                           {nn.Linear}, dtype=torch.qint8)
 
-    return [Variant("int8_dynamic", "int8 dynamic quantization of Linear layers",
+    return [Variant("int8_dynamic", "int8 dynamic (Linear)",
                     {"dtype": "qint8", "layers": "Linear"}, build=build,
                     notes=["quantized linear ops have no profile: estimated by the stated "
                            "roofline fallback (see unmodelled)"])]
@@ -203,7 +204,7 @@ def channels_last_variants(ctx: LeverContext) -> list[Variant] | str:
     def build() -> nn.Module:
         return copy.deepcopy(ctx.model).to(memory_format=torch.channels_last)
 
-    return [Variant("channels_last", "channels_last memory format", {}, build=build,
+    return [Variant("channels_last", "channels_last", {}, build=build,
                     channels_last=True)]
 
 
@@ -215,12 +216,12 @@ def input_size_variants(ctx: LeverContext) -> list[Variant] | str:
                        reverse=True)
         if not sizes:
             return f"the input ({h}x{w}) is already at the smallest size tried (32)"
-        return [_resized(ctx, (*first.shape[:2], sh, sw), f"resolution {sh}x{sw}")
+        return [_resized(ctx, (*first.shape[:2], sh, sw), f"input {sh}x{sw}")
                 for sh, sw in sizes]
     if not first.is_floating and len(first.shape) == 2 and first.shape[1] >= 16:
         n = first.shape[1]
         lengths = sorted({max(8, int(n * s)) for s in SEQUENCE_SCALES} - {n}, reverse=True)
-        return [_resized(ctx, (first.shape[0], length), f"sequence length {length}")
+        return [_resized(ctx, (first.shape[0], length), f"seq len {length}")
                 for length in lengths]
     return "the first input is neither an image batch (NxCxHxW) nor token ids (NxL)"
 
@@ -278,7 +279,7 @@ def smaller_variants(ctx: LeverContext) -> list[Variant] | str:
     if not smaller:
         return f"no smaller member of the {family} family"
     chosen = sorted(smaller, reverse=True)[:MAX_SMALLER]  # the closest in size first
-    return [Variant("smaller_model", f"torchvision:{other}", {"spec": f"torchvision:{other}"},
+    return [Variant("smaller_model", other, {"spec": f"torchvision:{other}"},
                     spec=f"torchvision:{other}", inputs=ctx.inputs) for _, other in chosen]
 
 
@@ -286,7 +287,7 @@ def batch_variants(ctx: LeverContext) -> list[Variant] | str:
     if ctx.rate is not None:
         return "with --rate, batching is the dynamic_batching lever"
     current = ctx.inputs[0].shape[0] if ctx.inputs[0].shape else 1
-    return [Variant("batch", f"batch {b} requests per call", {"batch": b}, batch=b)
+    return [Variant("batch", f"batch {b}", {"batch": b}, batch=b)
             for b in BATCH_SIZES if b > current]
 
 
@@ -299,7 +300,7 @@ def batching_variants(ctx: LeverContext) -> list[Variant] | str:
             serving = {"workers": ctx.workers, "max_batch": max_batch, "max_wait_ms": wait}
             if (max_batch, wait) != (ctx.max_batch, ctx.max_wait_ms):
                 grid.append(Variant("dynamic_batching",
-                                    f"dynamic batching: max batch {max_batch}, wait {wait:g} ms",
+                                    f"batching <={max_batch}, {wait:g} ms",
                                     serving, serving=serving))
     return grid
 

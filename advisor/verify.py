@@ -32,9 +32,10 @@ from profilers.errors import AdvisorError, HwlatError
 from profilers.loadtest import model_batch_runner, poisson_arrivals, run_load
 from profilers.modelbench import bench_model
 from profilers.oprecord import dtype_from_name
+from profilers.timer import thread_count
 
 FIDELITY_SAMPLES = 16
-BENCH_SECONDS = 3.0  # per lever, without a rate
+BENCH_SECONDS = 2.0  # per lever, without a rate
 LOAD_REQUESTS = 500  # per lever, with a rate (p95 needs 93, p99 473)
 LOAD_MAX_SECONDS = 20.0
 ProgressFn = Callable[[str], None]
@@ -159,16 +160,12 @@ class Verifier:
                                 "max_wait_ms": self.ctx.max_wait_ms}
         duration = min(LOAD_MAX_SECONDS, LOAD_REQUESTS / self.rate)
         arrivals = poisson_arrivals(self.rate, duration, self.seed)
-        previous = torch.get_num_threads()
-        torch.set_num_threads(threads or previous)
-        try:
+        with thread_count(threads):
             runner = model_batch_runner(model, lambda n: make(n))
             runner(1)  # warm up outside the measured run
             result = run_load(runner, arrivals, workers=serving["workers"],
                               max_batch=serving["max_batch"],
                               max_wait_s=serving["max_wait_ms"] / 1e3)
-        finally:
-            torch.set_num_threads(previous)
         total = result.total
         if total.n == 0:
             raise AdvisorError(f"the load test served no request: {result.error}")
@@ -236,6 +233,13 @@ def verify(advice, k: int, *, eval_fn: Callable | None = None,
            progress: ProgressFn | None = None) -> dict:
     """Measure the baseline and the top `k` levers; re-rank; return the comparison summary."""
     _check_here(advice.context)
+    # Fidelity passes run at the device's thread count too: more threads than the profile's
+    # only contend with whatever else runs here.
+    with thread_count(advice.context.device.threads):
+        return _verify(advice, k, eval_fn, progress)
+
+
+def _verify(advice, k: int, eval_fn: Callable | None, progress: ProgressFn | None) -> dict:
     req = advice.request
     verifier = Verifier(advice.context, percentile_q=req.q, floor=req.accuracy_floor,
                         eval_fn=eval_fn, rate=req.rate, seed=req.seed, progress=progress)

@@ -6,6 +6,12 @@ per-op overhead term is all the correction needed (per-family terms overfit). So
 by least squares on relative error (every model counts the same, whatever its size). The
 residuals of that fit, as log ratios, calibrate the interval. Leave-one-family-out CV over the
 measured models says whether the correction helps at all; it is reported, not assumed.
+
+Measured here (AMD EPYC, 1 thread, 59 zoo settings, 52 held-out settings): ops timed with an
+L2-sized flush still find their weights and inputs in L3, while inside a model they are often
+evicted, so a third term proportional to the model's memory traffic (bytes moved by its timed
+ops / measured copy bandwidth) cut held-out MAPE from 10.5% to 8.9%. The fit is Huber-weighted:
+one end-to-end timing disturbed by another process must not drag the whole device's correction.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ class ModelRow:
     flops: float
     roofline_s: float
     measured_share: float
+    traffic_s: float = 0.0  # bytes moved by the timed ops / the device's copy bandwidth
 
     def to_json(self) -> dict:
         return {**asdict(self), "inputs": list(self.inputs)}
@@ -43,14 +50,15 @@ class ModelRow:
 class Correction:
     a: float = 1.0
     overhead_s: float = 0.0
+    c_traffic: float = 0.0  # seconds of extra time per second of memory traffic
     resid_lo: float = 0.0  # 10th percentile of log(measured / corrected prediction)
     resid_hi: float = 0.0  # 90th percentile
     n_models: int = 0
     note: str = "no end-to-end measurements on this device: plain sum of ops, no correction"
     cv: dict = field(default_factory=dict)
 
-    def apply(self, sum_ops_s: float, n_timed: int) -> float:
-        return self.a * sum_ops_s + self.overhead_s * n_timed
+    def apply(self, sum_ops_s: float, n_timed: int, traffic_s: float = 0.0) -> float:
+        return self.a * sum_ops_s + self.overhead_s * n_timed + self.c_traffic * traffic_s
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -60,17 +68,40 @@ class Correction:
         return cls(**d)
 
 
-def _solve(rows: Sequence[ModelRow]) -> tuple[float, float]:
-    """(a, overhead_s) minimising the squared relative error, with both kept >= 0."""
+def _solve(rows: Sequence[ModelRow]) -> tuple[float, float, float]:
+    """(a, overhead_s, c_traffic) minimising Huber-weighted relative error, all kept >= 0.
+
+    Terms whose coefficient comes out negative are dropped and the rest refitted; `a` always
+    stays (with no usable fit it is the ratio that makes the plain sum unbiased).
+    """
     y = np.array([r.measured_s for r in rows])
-    s = np.array([r.sum_ops_s for r in rows]) / y
-    n = np.array([r.n_timed for r in rows], dtype=float) / y
-    if len(rows) >= 2 and np.ptp(n / np.maximum(s, 1e-30)) > 0:
-        (a, overhead), *_ = np.linalg.lstsq(np.column_stack([s, n]), np.ones(len(y)), rcond=None)
-        if a > 0 and overhead >= 0:
-            return float(a), float(overhead)
-    a = float(s.sum() / (s * s).sum()) if np.any(s > 0) else 1.0  # overhead pinned at 0
-    return a, 0.0
+    columns = np.column_stack([[r.sum_ops_s for r in rows], [r.n_timed for r in rows],
+                               [r.traffic_s for r in rows]]) / y[:, None]
+    active = [0, 1, 2] if len(rows) >= 4 else [0]
+    while True:
+        coef = _huber_lstsq(columns[:, active])
+        if all(c >= 0 for c in coef) or len(active) == 1:
+            break
+        active = [i for i, c in zip(active, coef, strict=True) if c >= 0 or i == 0]
+    full = [0.0, 0.0, 0.0]
+    for i, c in zip(active, coef, strict=True):
+        full[i] = float(c)
+    if full[0] <= 0:
+        s = columns[:, 0]
+        return (float(s.sum() / (s * s).sum()) if np.any(s > 0) else 1.0), 0.0, 0.0
+    return full[0], full[1], full[2]
+
+
+def _huber_lstsq(a: np.ndarray, iterations: int = 10) -> np.ndarray:
+    """Least squares of a @ coef ~ 1 with Huber weights (k = 2 robust sigmas)."""
+    b, w = np.ones(len(a)), np.ones(len(a))
+    coef = np.zeros(a.shape[1])
+    for _ in range(iterations):
+        coef, *_ = np.linalg.lstsq(a * w[:, None], b * w, rcond=None)
+        r = np.abs(a @ coef - b)
+        sigma = 1.4826 * float(np.median(r)) + 1e-12
+        w = np.where(r <= 2 * sigma, 1.0, np.sqrt(2 * sigma / np.maximum(r, 1e-12)))
+    return coef
 
 
 def _residual_band(log_ratios: np.ndarray) -> tuple[float, float]:
@@ -85,7 +116,8 @@ def _residual_band(log_ratios: np.ndarray) -> tuple[float, float]:
 
 
 def mape(rows: Sequence[ModelRow], correction: Correction) -> float:
-    errors = [abs(correction.apply(r.sum_ops_s, r.n_timed) / r.measured_s - 1) for r in rows]
+    errors = [abs(correction.apply(r.sum_ops_s, r.n_timed, r.traffic_s) / r.measured_s - 1)
+              for r in rows]
     return float(np.mean(errors)) if errors else float("nan")
 
 
@@ -97,8 +129,8 @@ def leave_one_family_out(rows: Sequence[ModelRow]) -> dict:
     held_out = []
     for family in families:
         train = [r for r in rows if r.family != family]
-        a, overhead = _solve(train)
-        held_out += [abs((a * r.sum_ops_s + overhead * r.n_timed) / r.measured_s - 1)
+        fitted = Correction(*_solve(train))
+        held_out += [abs(fitted.apply(r.sum_ops_s, r.n_timed, r.traffic_s) / r.measured_s - 1)
                      for r in rows if r.family == family]
     return {"n_families": len(families), "lofo_mape": float(np.mean(held_out)),
             "plain_sum_mape": mape(rows, Correction())}
@@ -108,11 +140,13 @@ def fit_correction(rows: Sequence[ModelRow]) -> Correction:
     rows = [r for r in rows if r.measured_s > 0 and r.sum_ops_s > 0]
     if not rows:
         return Correction()
-    a, overhead = _solve(rows)
-    fitted = Correction(a, overhead)
-    log_ratios = np.array([math.log(r.measured_s / fitted.apply(r.sum_ops_s, r.n_timed))
-                           for r in rows])
+    a, overhead, c_traffic = _solve(rows)
+    fitted = Correction(a, overhead, c_traffic)
+    log_ratios = np.array([
+        math.log(r.measured_s / fitted.apply(r.sum_ops_s, r.n_timed, r.traffic_s))
+        for r in rows])
     lo, hi = _residual_band(log_ratios)
     note = (f"fitted on {len(rows)} end-to-end measurements: total = {a:.3f} x sum of ops"
-            f" + {overhead * 1e6:.2f} us per timed op")
-    return Correction(a, overhead, lo, hi, len(rows), note, leave_one_family_out(rows))
+            f" + {overhead * 1e6:.2f} us per timed op + {c_traffic:.3f} x memory-traffic time")
+    return Correction(a, overhead, c_traffic, lo, hi, len(rows), note,
+                      leave_one_family_out(rows))

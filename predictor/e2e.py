@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from kernels_db.store import DeviceRow, KernelDB
 from predictor import model_store
 from predictor.correction import Correction, ModelRow, fit_correction
-from predictor.features import feature_matrix, roofline_s
+from predictor.features import feature_matrix, peaks_or_nominal, roofline_s
 from profilers import ops
 from profilers.capture import CapturedModel, capture_spec
 from profilers.errors import HwlatError, UnmodelledOpError
@@ -26,6 +26,7 @@ from profilers.oprecord import OpRecord
 
 SOURCES = ("measured", "model", "free", "fallback")
 CORRECTION_CACHE = "e2e_fit"
+CORRECTION_VERSION = 2  # bump when ModelRow or the correction formula changes
 ProgressFn = Callable[[str], None]
 
 
@@ -57,6 +58,7 @@ class Prediction:
     correction: dict
     sum_ops_ms: float
     roofline_ms: float
+    traffic_ms: float = 0.0  # bytes moved by the timed ops at the device's copy bandwidth
     inputs: list[str] = field(default_factory=list)
     capture_s: float | None = None
     notes: list[str] = field(default_factory=list)
@@ -117,17 +119,17 @@ class Predictor:
             p = self._assemble(captured.ops, spec=m.model, correction=Correction())
             rows.append(ModelRow(m.model, m.family, tuple(m.settings.get("inputs", [])),
                                  m.median_s, p.sum_ops_ms / 1e3, p.n_timed_ops, p.flops,
-                                 p.roofline_ms / 1e3, p.measured_share))
+                                 p.roofline_ms / 1e3, p.measured_share, p.traffic_ms / 1e3))
         return rows
 
     def _load_or_fit_correction(self, db: KernelDB, progress: ProgressFn | None) -> Correction:
         cached = self.models.read_extra(CORRECTION_CACHE)
-        if cached is not None:
+        if cached is not None and cached.get("version") == CORRECTION_VERSION:
             return Correction.from_json(cached["correction"])
         rows = self.model_rows(db, progress)
         correction = fit_correction(rows)
         self.models.write_extra(CORRECTION_CACHE, {
-            "correction": correction.to_json(), "rows": [r.to_json() for r in rows]})
+            "version": CORRECTION_VERSION, "correction": correction.to_json(), "rows": [r.to_json() for r in rows]})
         return correction
 
     def cached_model_rows(self) -> list[ModelRow]:
@@ -175,8 +177,26 @@ class Predictor:
         for family, by_key in pending.items():
             model = self.models.models[family]
             x = feature_matrix(list(by_key.values()), family, self.models.peaks)
-            for key, p50, lo, hi in zip(by_key, *model.predict_matrix(x), strict=True):
-                self._cache[key] = OpEstimate(float(p50), float(lo), float(hi), "model", family)
+            for (key, record), p50, lo, hi in zip(by_key.items(), *model.predict_matrix(x),
+                                                  strict=True):
+                floor = self._memory_floor_s(record)
+                self._cache[key] = OpEstimate(max(float(p50), floor), max(float(lo), floor),
+                                              max(float(hi), floor), "model", family)
+
+    def _memory_floor_s(self, record: OpRecord) -> float:
+        """An op whose data cannot fit in the last-level cache streams it from memory at best
+        at the measured copy bandwidth. Trees cannot extrapolate past their largest training
+        config (alexnet's 151 MB fc weights were predicted 4x below this bound), so model
+        predictions are floored here; measured configs are left as measured."""
+        nbytes = ops.bytes_of(record)
+        if nbytes <= self._llc_bytes:
+            return 0.0
+        return nbytes / (peaks_or_nominal(self.models.peaks)["gbps"] * 1e9)
+
+    @property
+    def _llc_bytes(self) -> float:
+        caches = (self.device.fingerprint or {}).get("caches", {})
+        return float(caches.get("l3") or caches.get("l2") or 32 << 20)
 
     # ---------------------------------------------------------------------------- assembling
 
@@ -188,13 +208,17 @@ class Predictor:
             _raise_if_unmodelled(records, est)
         timed = [(r, e) for r, e in zip(records, est, strict=True) if e.source != "free"]
         sum_s = sum(e.p50_s for _, e in timed)
-        total_s = correction.apply(sum_s, len(timed))
+        gbps = peaks_or_nominal(self.models.peaks)["gbps"]
+        traffic_s = sum(ops.bytes_of(r) for r, _ in timed) / (gbps * 1e9)
+        total_s = correction.apply(sum_s, len(timed), traffic_s)
         lo_s, hi_s = self._interval(total_s, sum_s, [e for _, e in timed], correction)
         per_family: dict[str, float] = defaultdict(float)
         for _, e in timed:
             per_family[e.family] += correction.a * e.p50_s * 1e3
         if correction.overhead_s:
             per_family["op_overhead"] = correction.overhead_s * len(timed) * 1e3
+        if correction.c_traffic:
+            per_family["memory_traffic"] = correction.c_traffic * traffic_s * 1e3
         measured = sum(e.p50_s for _, e in timed if e.source == "measured")
         return Prediction(
             spec=spec, device=self.device.id, latency_ms={"p50": total_s * 1e3},
@@ -205,8 +229,9 @@ class Predictor:
                                                                            total_s),
             measured_share=measured / sum_s if sum_s > 0 else 0.0,
             correction={"a": correction.a, "overhead_us": correction.overhead_s * 1e6,
-                        "n_models": correction.n_models, "note": correction.note},
-            sum_ops_ms=sum_s * 1e3,
+                        "c_traffic": correction.c_traffic, "n_models": correction.n_models,
+                        "note": correction.note},
+            sum_ops_ms=sum_s * 1e3, traffic_ms=traffic_s * 1e3,
             roofline_ms=sum(roofline_s(r, self.models.peaks) for r, _ in timed) * 1e3)
 
     @staticmethod

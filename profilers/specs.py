@@ -14,6 +14,7 @@ import importlib.util
 import os
 import re
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -214,7 +215,9 @@ def _build_torchvision(name: str) -> _Built:
                             "classification is supported, wrap others in a file.py:FACTORY")
         raise _unknown("torchvision", name, classification,
                        "see torchvision.models.list_models(module=torchvision.models)")
-    model = torchvision.models.get_model(name, weights=None)
+    with warnings.catch_warnings():  # e.g. GoogLeNet's note on its future default init
+        warnings.simplefilter("ignore", (FutureWarning, UserWarning))
+        model = torchvision.models.get_model(name, weights=None)
     return _Built(model, [InputSpec(_DEFAULT_IMAGE)], family_of(name))
 
 

@@ -15,7 +15,7 @@ from profilers import ops
 from profilers.capture import capture
 from profilers.specs import load_model
 
-IMAGE = ["1x3x32x32"]
+IMAGE = ["1x3x64x64"]
 FINGERPRINT = {"kind": "cpu", "model": "Test CPU", "cores": {"physical": 2},
                "isa": ["avx2", "avx512_bf16"], "caches": {"l2": 1 << 20}}
 

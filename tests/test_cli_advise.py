@@ -112,8 +112,8 @@ def test_rate_uses_the_simulator_and_batching(env):
 
 
 def test_verify_measures_and_never_recommends_below_the_floor(env):
-    out = run_json(env, "--p95", "1000", "--lever", "prune", "--lever", "precision",
-                   "--accuracy-floor", "0.999", "--verify", "2")
+    out = run_json(env, "--p95", "1000", "--lever", "prune", "--accuracy-floor", "0.999",
+                   "--verify", "1")
     verified = [r for r in out["levers"] if "measured_ms" in r or "rejected" in r]
     assert verified
     assert out["baseline"]["measured_ms"]["p50"] > 0
@@ -129,6 +129,7 @@ def test_human_output_has_the_table(env):
     result = run(env, "--p95", "1000", "--lever", "prune")
     assert result.exit_code == 0, result.output
     assert "bottleneck:" in result.stdout and "prune 50%" in result.stdout
+    assert "1. prune" in result.stdout
 
 
 def test_bad_usage_and_domain_errors(env):
@@ -140,3 +141,24 @@ def test_bad_usage_and_domain_errors(env):
     assert bad.exit_code == 1 and "unknown device" in bad.output
     unknown = run(env, "--p95", "5", "--lever", "magic")
     assert unknown.exit_code == 1 and "unknown lever" in unknown.output
+
+
+def test_eval_function_scores_and_rejects_below_the_floor(env, tmp_path):
+    script = tmp_path / "score.py"
+    script.write_text("import torch\n\n"
+                      "def score(model):\n"
+                      "    x = torch.ones(1, 3, 64, 64)\n"
+                      "    with torch.inference_mode():\n"
+                      "        return 0.5 if model(x).dtype == torch.float32 else 0.0\n")
+    out = run_json(env, "--p95", "1000", "--lever", "precision", "--eval", f"{script}:score",
+                   "--accuracy-floor", "0.4", "--verify", "1")
+    (bf16,) = [r for r in out["levers"] if r["lever"] == "precision"]
+    assert bf16["accuracy"]["metric"] == "eval" and bf16["accuracy"]["value"] == 0.5
+    assert bf16["accuracy"]["passes"] and "rejected" not in bf16
+    assert out["baseline"]["accuracy"] == {"metric": "eval", "value": 0.5}
+    strict = run_json(env, "--p95", "1000", "--lever", "precision", "--eval",
+                      f"{script}:score", "--accuracy-floor", "0.6", "--verify", "1")
+    assert all(r.get("rejected") for r in strict["levers"])
+    assert strict["fastest_meeting_budget"] is None
+    missing = run(env, "--p95", "5", "--eval", f"{tmp_path}/nope.py:score")
+    assert missing.exit_code == 1 and "does not exist" in missing.output

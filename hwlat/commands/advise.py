@@ -8,7 +8,6 @@ from rich.table import Table
 from hwlat.commands.common import json_option, open_db
 from hwlat.output import emit_json, stderr, stdout
 
-
 _LEVEL = ("none", "low", "medium", "high")
 
 
