@@ -1,5 +1,6 @@
 """One module per command; COMMANDS is what the `hwlat` group registers."""
 
+from hwlat.commands.advise import advise
 from hwlat.commands.bench import bench
 from hwlat.commands.db import db, devices
 from hwlat.commands.evaluate import evaluate_cmd
@@ -7,4 +8,4 @@ from hwlat.commands.predict import predict
 from hwlat.commands.profile import profile
 from hwlat.commands.quickstart import quickstart
 
-COMMANDS = [quickstart, profile, devices, predict, evaluate_cmd, bench, db]
+COMMANDS = [quickstart, profile, devices, predict, evaluate_cmd, bench, advise, db]

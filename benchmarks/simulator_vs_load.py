@@ -1,0 +1,72 @@
+"""Simulated vs measured queue p99 for resnet18 on this machine (issue item 6).
+
+For each (rate, batching window): a real load test (profilers.loadtest.run_load, the engine of
+`hwlat bench --rate`) and the advisor's simulator on the same Poisson arrivals (same seed), fed
+with (a) the predictor's latency-vs-batch curve, (b) a batch curve measured beforehand with the
+bench harness (noise = measured batch-1 spread).
+"""
+import json
+import sys
+import time
+
+import torch
+
+from advisor.simulator import BatchCurve, simulate
+from kernels_db.store import KernelDB
+from predictor.e2e import Predictor
+from profilers.capture import capture
+from profilers.loadtest import model_batch_runner, poisson_arrivals, run_load
+from profilers.modelbench import bench_model
+from profilers.specs import load_model
+
+DB, DEVICE = sys.argv[1], sys.argv[2]
+THREADS, REQUESTS, MAX_BATCH = 1, 520, 4
+torch.set_num_threads(THREADS)
+loaded = load_model("torchvision:resnet18")
+model = loaded.model
+def make(n): return torch.randn(n, 3, 224, 224)
+
+# (a) predicted curve
+with KernelDB.open(DB, readonly=True) as db:
+    pred = Predictor.for_device(db, DEVICE)
+    predicted = {b: pred.predict_ops(capture(model, [loaded.inputs[0].with_batch(b)])).p50_ms / 1e3
+                 for b in range(1, MAX_BATCH + 1)}
+# (b) measured curve
+measured, noise = {}, ()
+for b in range(1, MAX_BATCH + 1):
+    x = make(b)
+    r = bench_model(model, lambda x=x: x, runs=25 if b == 1 else 10, warmup=2, threads=THREADS)
+    s = r.stages["forward"]
+    measured[b] = s.p50
+    if b == 1:
+        noise = tuple(v / s.p50 for v in s.samples_s)
+print("curve ms predicted", {b: round(v * 1e3, 2) for b, v in predicted.items()})
+print("curve ms measured ", {b: round(v * 1e3, 2) for b, v in measured.items()})
+service = measured[1]
+rows = []
+for util in (0.45, 0.75):
+    rate = round(util / service, 1)
+    for wait_ms in (2.0, 10.0):
+        arrivals = poisson_arrivals(rate, REQUESTS / rate, seed=7)
+        runner = model_batch_runner(model, make)
+        runner(1)
+        t = time.time()
+        real = run_load(runner, arrivals, workers=1, max_batch=MAX_BATCH, max_wait_s=wait_ms / 1e3)
+        took = time.time() - t
+        row = {"rate": rate, "max_batch": MAX_BATCH, "wait_ms": wait_ms, "n": real.queue.n,
+               "measured_queue_p99": real.queue.p99 * 1e3,
+               "measured_total_p99": real.total.p99 * 1e3,
+               "measured_mean_batch": real.mean_batch_size,
+               "p99_supported": real.queue.supported(0.99)}
+        for name, curve in (("predicted", BatchCurve(predicted, noise)),
+                            ("measured", BatchCurve(measured, noise))):
+            sim = simulate(curve, arrivals, workers=1, max_batch=MAX_BATCH,
+                           max_wait_s=wait_ms / 1e3, seed=7)
+            row[f"sim_{name}_queue_p99"] = sim.queue.p99 * 1e3
+            row[f"sim_{name}_total_p99"] = sim.total.p99 * 1e3
+            row[f"err_{name}_queue_p99"] = sim.queue.p99 / real.queue.p99 - 1
+        rows.append(row)
+        print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}),
+              f"({took:.0f} s)", flush=True)
+json.dump({"predicted_curve_ms": predicted, "measured_curve_ms": measured, "rows": rows},
+          open("/tmp/advcheck/sim_vs_load.json", "w"), indent=1)
