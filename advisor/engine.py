@@ -114,8 +114,9 @@ class Advice:
 
 def measured_spread(db: KernelDB, device_id: str) -> Spread:
     """Median percentile/median ratio over the device's whole-model measurements."""
-    rows = [m for m in db.model_measurements(device_id) if len(m.samples_s) >= MIN_SPREAD_SAMPLES
-            and m.median_s > 0]
+    rows = [m for m in db.model_measurements(device_id)
+            if m.kind in ("e2e", "bench")  # load samples include queueing: not compute spread
+            and len(m.samples_s) >= MIN_SPREAD_SAMPLES and m.median_s > 0]
     if not rows:
         return Spread({"p95": 1.0, "p99": 1.0}, (),
                       "no whole-model measurement with >= 20 samples on this device: spread "

@@ -7,7 +7,6 @@ loses at most the config being timed; the next run (or a concurrent one) takes o
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Callable
@@ -226,7 +225,10 @@ def model_settings(case: zoo.ModelCase, dtype: str, threads: int, device: str) -
 
 
 def adaptive_round(db: KernelDB, device_id: str, settings: ProfileSettings, round_no: int) -> int:
-    """Plan more configs for the families a quick model predicts worst on held-out configs."""
+    """Plan more configs for the families a quick model predicts worst on held-out configs.
+
+    `round_no` counts over all runs of the device, so a resumed profile samples new configs.
+    """
     errors = family_errors(db, device_id)
     if not errors:
         return 0
@@ -349,11 +351,11 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
             t = time.monotonic()
             report.measured_now += measure_configs(db, device_id, run_id, settings, deadline,
                                                    flusher, fp.threads, progress=progress)
-            round_no = 0
-            while deadline.left() > 5 and round_no < 20:
+            round_no, empty = 100 * len(db.runs(device_id)), 0
+            while deadline.left() > 5 and empty < 3:
                 round_no += 1
-                if adaptive_round(db, device_id, settings, round_no) == 0:
-                    break
+                added = adaptive_round(db, device_id, settings, round_no)
+                empty = 0 if added else empty + 1
                 report.measured_now += measure_configs(db, device_id, run_id, settings, deadline,
                                                        flusher, fp.threads, progress=progress)
             report.phases["sampling_s"] = time.monotonic() - t
@@ -368,5 +370,4 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
     report.zoo_configs = zoo_keys[1]
     noises = [m.iqr_s / m.median_s for m in db.measured(device_id) if m.median_s > 0]
     report.noise_median = float(np.median(noises)) if noises else None
-    _ = os.getpid()
     return report

@@ -84,6 +84,7 @@ class Predictor:
         self.models = models
         self.measured_s = measured_s
         self.correction = correction or Correction()
+        self.profiled_dtypes: set[str] = set()  # empty: unknown, no notes
         self._cache: dict[str, OpEstimate] = {}
 
     @classmethod
@@ -94,8 +95,10 @@ class Predictor:
         row = db.get_device(device)
         models = model_store.load_or_train(db, row.id, directory=cache_dir, target=target,
                                            force=retrain, progress=progress)
-        measured = {m.key: m.median_s for m in db.measured(row.id) if m.median_s > 0}
+        rows = db.measured(row.id)
+        measured = {m.key: m.median_s for m in rows if m.median_s > 0}
         predictor = cls(row, models, measured)
+        predictor.profiled_dtypes = {m.dtype for m in rows}
         predictor.correction = predictor._load_or_fit_correction(db, progress)
         return predictor
 
@@ -183,6 +186,14 @@ class Predictor:
                 self._cache[key] = OpEstimate(max(float(p50), floor), max(float(lo), floor),
                                               max(float(hi), floor), "model", family)
 
+    def _notes(self, timed: list[tuple[OpRecord, OpEstimate]]) -> list[str]:
+        dtypes = {r.dtype for r, _ in timed if "float" in r.dtype} - self.profiled_dtypes
+        if not dtypes or not self.profiled_dtypes:
+            return []
+        return [f"no {', '.join(sorted(dtypes))} op configs were profiled on {self.device.id} "
+                f"(profiled: {', '.join(sorted(self.profiled_dtypes))}); those ops are "
+                f"extrapolated by the family models: profile with --dtype to measure them"]
+
     def _memory_floor_s(self, record: OpRecord) -> float:
         """An op whose data cannot fit in the last-level cache streams it from memory at best
         at the measured copy bandwidth. Trees cannot extrapolate past their largest training
@@ -231,7 +242,7 @@ class Predictor:
             correction={"a": correction.a, "overhead_us": correction.overhead_s * 1e6,
                         "c_traffic": correction.c_traffic, "n_models": correction.n_models,
                         "note": correction.note},
-            sum_ops_ms=sum_s * 1e3, traffic_ms=traffic_s * 1e3,
+            sum_ops_ms=sum_s * 1e3, traffic_ms=traffic_s * 1e3, notes=self._notes(timed),
             roofline_ms=sum(roofline_s(r, self.models.peaks) for r, _ in timed) * 1e3)
 
     @staticmethod

@@ -592,8 +592,11 @@ def record_family(record: OpRecord) -> str:
 # --------------------------------------------------------------------------- input hooks
 
 def _fill_indices(t: Any, high: int, gen: torch.Generator | None) -> None:
+    """Valid indices in the whole storage: an expanded (stride-0) index such as GPT-2's position
+    ids cannot be written through the view itself."""
     if isinstance(t, torch.Tensor) and not t.dtype.is_floating_point and t.dtype != torch.bool:
-        t.random_(0, max(int(high), 1), generator=gen)
+        storage = t.as_strided((t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
+        storage.random_(0, max(int(high), 1), generator=gen)
 
 
 def _embedding_inputs(record: OpRecord, b: dict[str, Any], gen: torch.Generator | None) -> None:
@@ -812,13 +815,16 @@ def flops_of(record: OpRecord, info: OpInfo | None = None) -> float:
     return 0.0 if is_free(record, info) else float(info.flops(record))
 
 
+NOMINAL_GFLOPS = 100.0  # used only when a device has no measured compute peak at all
+
+
 def roofline_s(record: OpRecord, peaks: dict) -> float:
     """max(compute time, memory time) at the device's peaks.
 
     peaks: {"gflops": {dtype: GFLOP/s}, "gbps": GB/s} as `measure_peaks` returns them; a dtype
     without a peak uses float32's.
     """
-    gflops = peaks["gflops"]
+    gflops = peaks.get("gflops") or {"float32": NOMINAL_GFLOPS}
     peak = gflops.get(record.dtype) or gflops.get("float32") or max(gflops.values())
     return max(flops_of(record) / (peak * 1e9), bytes_of(record) / (peaks["gbps"] * 1e9))
 

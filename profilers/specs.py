@@ -200,13 +200,13 @@ def _unknown(kind: str, name: str, known: list[str], what_to_do: str) -> SpecErr
 
 
 def list_torchvision_classification() -> list[str]:
-    import torchvision
+    torchvision = _require("torchvision", "torchvision")
 
     return sorted(torchvision.models.list_models(module=torchvision.models))
 
 
 def _build_torchvision(name: str) -> _Built:
-    import torchvision
+    torchvision = _require("torchvision", "torchvision")
 
     classification = list_torchvision_classification()
     if name not in classification:
@@ -221,8 +221,19 @@ def _build_torchvision(name: str) -> _Built:
     return _Built(model, [InputSpec(_DEFAULT_IMAGE)], family_of(name))
 
 
+def _require(module: str, kind: str):
+    """An optional model-zoo package, or a one-line SpecError saying how to get it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise SpecError(f"{kind}: specs need the {module} package; install it with "
+                        f"pip install 'hwlat[zoo]'") from None
+
+
 def _build_timm(name: str) -> _Built:
-    import timm
+    timm = _require("timm", "timm")
 
     if not timm.is_model(name):
         raise _unknown("timm", name, timm.list_models(), "see timm.list_models()")
@@ -251,7 +262,7 @@ def _build_hf(model_type: str) -> _Built:
     # Specs never download: a config's defaults are all hf: uses.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    import transformers
+    transformers = _require("transformers", "hf")
 
     known = sorted(transformers.CONFIG_MAPPING.keys())
     if model_type not in known:

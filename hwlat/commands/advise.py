@@ -7,6 +7,7 @@ from rich.table import Table
 
 from hwlat.commands.common import json_option, open_db
 from hwlat.output import emit_json, stderr, stdout
+from predictor.devices import choose_device
 
 _LEVEL = ("none", "low", "medium", "high")
 
@@ -17,7 +18,8 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 @click.command()
 @click.argument("model")
-@click.option("--device", required=True, help="Profiled device id or name (`hwlat devices`).")
+@click.option("--device", help="Profiled device id or name (default: this machine, else the only "
+              "one; `hwlat devices` lists them).")
 @click.option("--p95", type=click.FloatRange(min=0, min_open=True),
               help="Latency budget: p95 in ms.")
 @click.option("--p99", type=click.FloatRange(min=0, min_open=True),
@@ -67,6 +69,7 @@ def advise(ctx, model, device, p95, p99, inputs, batch, dtype, rate, workers, ma
         levers=tuple(levers) or None, seed=seed)
     progress = None if as_json else (lambda text: stderr.print(f"[dim]{text}[/]"))
     with open_db(ctx, readonly=True) as db:
+        request.device = choose_device(db, device).id
         advice = run_advice(db, request, progress)
     if verify_k:
         verify(advice, verify_k, eval_fn=eval_fn, progress=progress)

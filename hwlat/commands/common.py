@@ -52,3 +52,15 @@ def parse_inputs(inputs: tuple[str, ...]):
         return [parse_input_spec(s) for s in inputs]
     except SpecError as exc:
         raise click.BadParameter(str(exc), param_hint="--input") from None
+
+
+def write_plot(draw, path: str) -> None:
+    """Run `draw(path)`; a missing matplotlib or an unwritable path is one line, not a traceback."""
+    from profilers.errors import HwlatError
+
+    try:
+        draw(path)
+    except ImportError:
+        raise HwlatError("plotting needs matplotlib; pip install 'hwlat[plot]'") from None
+    except (OSError, ValueError) as exc:
+        raise HwlatError(f"cannot write plot {path}: {exc}") from None

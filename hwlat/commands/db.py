@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import click
 from rich.table import Table
 
@@ -39,19 +41,32 @@ def db():
 @db.command("export")
 @click.argument("device")
 @click.argument("file", type=click.Path(dir_okay=False))
+@json_option
 @click.pass_context
-def export_cmd(ctx, device, file):
+def export_cmd(ctx, device, file, as_json):
     """Write DEVICE's profile (configs, raw samples, model measurements) to FILE."""
     with open_db(ctx, readonly=True) as kdb:
-        summary = export_device(kdb, device, file)
-    click.echo(f"exported {summary} to {file}", err=True)
+        s = export_device(kdb, device, file)
+    if as_json:
+        emit_json({**asdict(s), "path": str(s.path)})
+        return
+    click.echo(f"exported {s.device_id}: {s.n_configs} op configs, {s.n_measurements} "
+               f"measurements, {s.n_model_measurements} model measurements, {s.n_runs} runs "
+               f"to {file}", err=True)
 
 
 @db.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@json_option
 @click.pass_context
-def import_cmd(ctx, file):
-    """Merge a profile exported with `hwlat db export` into this database."""
+def import_cmd(ctx, file, as_json):
+    """Merge a profile exported with `hwlat db export` into this database (idempotent)."""
     with open_db(ctx) as kdb:
-        summary = import_file(kdb, file)
-    click.echo(f"imported {summary}", err=True)
+        s = import_file(kdb, file)
+    if as_json:
+        emit_json(asdict(s))
+        return
+    click.echo(f"imported {s.device_id}: {s.configs_added} new op configs, "
+               f"{s.measurements_added} new measurements ({s.measurements_skipped} already "
+               f"here), {s.model_measurements_added} new model measurements"
+               + "".join(f"; {n}" for n in s.notes), err=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from hwlat.commands.common import json_option, open_db
+from hwlat.commands.common import json_option, open_db, write_plot
 from hwlat.output import emit_json, stderr, stdout
 from predictor.devices import choose_device, require_this_machine
 from predictor.evaluate import EvalCase, EvalReport, evaluate, zoo_cases
@@ -33,6 +33,8 @@ def evaluate_cmd(ctx, models, device, threads, holdout_families, batches, inputs
                  warmup, plot, as_json):
     """Measure MODELS (default: the held-out zoo) here and compare with hwlat's predictions and
     with FLOPs and roofline baselines fitted on the same database."""
+    if models and holdout_families:
+        raise click.UsageError("--holdout-families picks models from the zoo; drop MODELS or it")
     batches = batches or (1,)
     cases = _cases(models, inputs, batches, dtypes, holdout_families)
     progress = None if as_json else (lambda text: stderr.print(f"[dim]{text}[/]"))
@@ -41,7 +43,7 @@ def evaluate_cmd(ctx, models, device, threads, holdout_families, batches, inputs
         require_this_machine(row)
         report = evaluate(db, row.id, cases, runs=runs, warmup=warmup, progress=progress)
     if plot:
-        report.plot(plot)
+        write_plot(report.plot, plot)
     if as_json:
         emit_json(report.to_json())
         return

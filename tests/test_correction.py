@@ -1,0 +1,55 @@
+"""The end-to-end correction: exact recovery, robustness to a disturbed timing, honest terms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from predictor.correction import Correction, ModelRow, fit_correction, leave_one_family_out
+
+SHAPES = [(0.004, 60, 0.001), (0.020, 150, 0.006), (0.001, 200, 0.0004), (0.050, 90, 0.03),
+          (0.010, 400, 0.002), (0.002, 30, 0.0015), (0.030, 120, 0.004), (0.006, 250, 0.003)]
+
+
+def rows(a: float, overhead_s: float, c: float, *, disturb: int | None = None) -> list[ModelRow]:
+    out = []
+    for i, (s, n, t) in enumerate(SHAPES):
+        y = a * s + overhead_s * n + c * t
+        if i == disturb:
+            y *= 2.6  # another process stole the core during this one timing
+        out.append(ModelRow(f"m{i}", f"fam{i % 4}", ("1x3x224x224",), y, s, n, 1e9, s / 3, 1.0,
+                            traffic_s=t))
+    return out
+
+
+def test_recovers_scale_overhead_and_traffic_terms_exactly():
+    fit = fit_correction(rows(1.05, 4e-6, 0.4))
+    assert fit.a == pytest.approx(1.05, rel=1e-6)
+    assert fit.overhead_s == pytest.approx(4e-6, rel=1e-5)
+    assert fit.c_traffic == pytest.approx(0.4, rel=1e-5)
+    assert fit.apply(0.01, 100, 0.002) == pytest.approx(1.05 * 0.01 + 4e-4 + 0.4 * 0.002)
+
+
+def test_one_disturbed_timing_does_not_drag_the_fit():
+    clean = fit_correction(rows(1.05, 4e-6, 0.4))
+    disturbed = fit_correction(rows(1.05, 4e-6, 0.4, disturb=3))
+    errors = [abs(disturbed.apply(r.sum_ops_s, r.n_timed, r.traffic_s) / r.measured_s - 1)
+              for i, r in enumerate(rows(1.05, 4e-6, 0.4)) if i != 3]
+    assert np.median(errors) < 0.05
+    assert disturbed.a == pytest.approx(clean.a, rel=0.1)
+
+
+def test_a_term_that_would_be_negative_is_dropped_not_kept():
+    fit = fit_correction(rows(1.2, 0.0, -0.3))  # traffic would "speed things up": not physical
+    assert fit.c_traffic == 0.0 and fit.overhead_s >= 0.0 and fit.a > 0
+
+
+def test_lofo_reports_held_out_error_against_the_plain_sum():
+    cv = leave_one_family_out(rows(1.3, 5e-6, 0.2))
+    assert cv["n_families"] == 4
+    assert cv["lofo_mape"] < 0.01 < cv["plain_sum_mape"]
+
+
+def test_no_rows_means_plain_sum_and_says_so():
+    c = fit_correction([])
+    assert c == Correction() and "no end-to-end" in c.note

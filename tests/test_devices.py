@@ -1,0 +1,63 @@
+"""Which device a prediction is for: named, this machine, the only one, or a clear error."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from kernels_db.store import KernelDB
+from predictor.devices import choose_device, require_this_machine, with_threads
+from profilers.errors import DeviceError
+from profilers.fingerprint import DeviceFingerprint, fingerprint
+
+
+def add(db: KernelDB, fp: DeviceFingerprint, name: str | None = None) -> None:
+    db.upsert_device(fp.to_json(), device_id=fp.device_id, kind=fp.kind, threads=fp.threads,
+                     name=name)
+
+
+@pytest.fixture
+def here():
+    return fingerprint("cpu", 1)
+
+
+def other(fp: DeviceFingerprint) -> DeviceFingerprint:
+    return replace(fp, model="Some Other CPU", cores={"physical": 64, "logical": 128})
+
+
+def test_named_device_and_thread_siblings(tmp_path, here):
+    with KernelDB(tmp_path / "k.db") as db:
+        add(db, here, "box")
+        add(db, replace(here, threads=2))
+        assert choose_device(db, "box").id == here.device_id
+        assert choose_device(db, "box", threads=2).threads == 2
+        with pytest.raises(DeviceError, match="--threads 4"):
+            with_threads(db, db.get_device("box"), 4)
+
+
+def test_defaults_to_this_machine_then_to_the_only_device(tmp_path, here):
+    with KernelDB(tmp_path / "k.db") as db:
+        add(db, other(here), "remote")
+        assert choose_device(db, None, threads=1).name == "remote"  # the only one
+        add(db, here)
+        assert choose_device(db, None, threads=1).id == here.device_id  # this machine wins
+
+
+def test_several_foreign_devices_need_a_choice(tmp_path, here):
+    with KernelDB(tmp_path / "k.db") as db:
+        add(db, other(here), "a")
+        add(db, replace(other(here), model="Third CPU"), "b")
+        with pytest.raises(DeviceError, match="--device"):
+            choose_device(db, None, threads=1)
+        with pytest.raises(DeviceError, match="known"):
+            choose_device(db, "nope")
+
+
+def test_measuring_needs_the_device_itself(tmp_path, here):
+    with KernelDB(tmp_path / "k.db") as db:
+        add(db, here)
+        add(db, other(here), "remote")
+        require_this_machine(db.get_device(here.device_id))
+        with pytest.raises(DeviceError, match="not this machine"):
+            require_this_machine(db.get_device("remote"))

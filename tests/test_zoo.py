@@ -1,0 +1,33 @@
+"""The shipped reference zoo: settings expand to concrete cases; held-out families stay out."""
+
+from __future__ import annotations
+
+from profilers import zoo
+
+
+def test_training_cases_cover_batches_resolutions_and_sequences():
+    cases = zoo.training_cases()
+    resnet = [c for c in cases if c.spec == "torchvision:resnet18"]
+    assert {c.inputs for c in resnet} == {("1x3x224x224",), ("1x3x160x160",),
+                                          ("8x3x224x224",), ("8x3x160x160",)}
+    vit = [c for c in cases if c.spec == "torchvision:vit_b_32"]
+    assert {c.inputs[0] for c in vit} == {"1x3x224x224", "8x3x224x224"}  # fixed resolution
+    bert = [c for c in cases if c.spec == "hf:bert"]
+    assert ("int64:8x32",) in {c.inputs for c in bert} and all(c.family == "bert" for c in bert)
+
+
+def test_batches_filter_and_batch_property():
+    cases = zoo.training_cases(batches=[8])
+    assert cases and all(c.batch == 8 for c in cases)
+
+
+def test_file_specs_resolve_to_the_data_directory():
+    spec = zoo.resolve_spec("models.py:transformer_encoder")
+    assert spec.endswith("data/models.py:transformer_encoder")
+    assert zoo.resolve_spec("torchvision:resnet18") == "torchvision:resnet18"
+
+
+def test_held_out_families_are_never_trained_on():
+    unseen = zoo.heldout_entries(only_unseen_families=True)
+    assert unseen and not {e["family"] for e in unseen} & zoo.training_families()
+    assert len(zoo.heldout_entries()) > len(unseen)
