@@ -10,7 +10,6 @@ kind e2e/bench/load, and storing them as e2e would leak evaluation data into the
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -50,30 +49,14 @@ def zoo_cases(*, holdout_families: bool = False, batches: Sequence[int] = (1,)) 
 def time_model(spec: str, inputs: Sequence[str], runs: int = 30, warmup: int = 5,
                threads: int | None = None, device: str = "cpu",
                dtype: str = "float32") -> list[float]:
-    """Seconds per forward pass (inference mode) of `runs` timed calls after `warmup` calls."""
-    import torch
+    """Seconds per forward pass: at least `runs` timed calls after `warmup`, with the same
+    harness as the profile's end-to-end measurements (the correction is fitted on those)."""
+    from profilers.modelbench import time_forward
+    from profilers.timer import thread_count
 
-    from profilers.modelbench import prepare
-
-    model, args = prepare(spec, list(inputs) or None, dtype=dtype, device=device)
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    previous = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
-    try:
-        with torch.inference_mode():
-            for _ in range(warmup):
-                model(*args)
-            sync()
-            samples = []
-            for _ in range(runs):
-                start = time.perf_counter()
-                model(*args)
-                sync()
-                samples.append(time.perf_counter() - start)
-    finally:
-        torch.set_num_threads(previous)
-    return samples
+    with thread_count(threads):
+        return time_forward(spec, list(inputs) or None, dtype=dtype, device=device,
+                            min_runs=runs, warmup=warmup, max_time_s=float("inf"))
 
 
 # ---------------------------------------------------------------------------------- metrics
@@ -193,22 +176,25 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     dev = predictor.device
     measure_fn = measure_fn or time_model
     flops_base, roof_base, note = _baselines(predictor)
-    rows = []
-    for case in cases:
+    captured = []
+    for case in cases:  # all captures first: nothing but the model runs while it is timed
+        captured.append(capture_spec(case.spec, inputs=[parse_input_spec(s) for s in case.inputs]
+                                     or None, device_type=dev.kind, dtype=case.dtype))
+    measured_ms = []
+    for case, cap in zip(cases, captured, strict=True):
         if progress:
-            progress(f"measuring {case.spec} {','.join(case.inputs)}")
-        captured = capture_spec(case.spec, inputs=[parse_input_spec(s) for s in case.inputs]
-                                or None, device_type=dev.kind, dtype=case.dtype)
-        pred = predictor.predict_captured(captured)
-        inputs = pred.inputs
-        samples = measure_fn(case.spec, inputs, runs, warmup, dev.threads, dev.kind, case.dtype)
-        measured_ms = statistics.median(samples) * 1e3
+            progress(f"measuring {case.spec} {','.join(str(i) for i in cap.inputs)}")
+        samples = measure_fn(case.spec, [str(i) for i in cap.inputs], runs, warmup, dev.threads,
+                             dev.kind, case.dtype)
+        measured_ms.append(statistics.median(samples) * 1e3)
+    rows = []
+    for case, cap, measured in zip(cases, captured, measured_ms, strict=True):
+        pred = predictor.predict_captured(cap)
         rows.append(EvalRow(
-            spec=case.spec, family=case.family or captured.family, inputs=inputs,
-            batch=captured.inputs[0].shape[0] if captured.inputs and captured.inputs[0].shape
-            else None,
-            measured_ms=measured_ms, predicted_ms=pred.p50_ms, interval_ms=pred.interval_ms,
-            error_pct=(pred.p50_ms / measured_ms - 1) * 100, flops=pred.flops,
+            spec=case.spec, family=case.family or cap.family, inputs=pred.inputs,
+            batch=cap.inputs[0].shape[0] if cap.inputs and cap.inputs[0].shape else None,
+            measured_ms=measured, predicted_ms=pred.p50_ms, interval_ms=pred.interval_ms,
+            error_pct=(pred.p50_ms / measured - 1) * 100, flops=pred.flops,
             flops_pred_ms=flops_base.predict_flops(pred.flops) * 1e3 if flops_base else None,
             roofline_pred_ms=(roof_base.predict_roofline(pred.roofline_ms / 1e3) * 1e3
                               if roof_base else None),

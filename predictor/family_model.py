@@ -98,8 +98,10 @@ class FamilyModel:
             empty = np.empty(0)
             return empty, empty, empty
         base = self._base(x)
-        p50 = np.exp(base + self.booster_.predict(x))
-        bounds = [np.exp(base + b.predict(x)) for b in self.quantile_boosters_]
+        # One thread: OpenMP workers that spin after a call would steal the cores that
+        # `hwlat evaluate` times models on right afterwards.
+        p50 = np.exp(base + self.booster_.predict(x, num_threads=1))
+        bounds = [np.exp(base + b.predict(x, num_threads=1)) for b in self.quantile_boosters_]
         lo = np.minimum(bounds[0], p50) if bounds else p50
         hi = np.maximum(bounds[-1], p50) if bounds else p50
         return p50, lo, hi

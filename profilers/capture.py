@@ -154,7 +154,7 @@ def _recording(model: nn.Module) -> Iterator[_OpRecorder]:
     modules = _ModuleStack(model)
     recorder = _OpRecorder(modules)
     try:
-        with _quiet_fake_tensor_log():
+        with quiet_fake_tensor_log():
             yield recorder
     except CaptureError:
         raise
@@ -165,7 +165,7 @@ def _recording(model: nn.Module) -> Iterator[_OpRecorder]:
 
 
 @contextlib.contextmanager
-def _quiet_fake_tensor_log() -> Iterator[None]:
+def quiet_fake_tensor_log() -> Iterator[None]:
     """FakeTensorMode logs a full traceback for a failing meta kernel; the CaptureError says it."""
     logger = logging.getLogger("torch._subclasses.fake_tensor")
     level = logger.level

@@ -89,10 +89,13 @@ def outputs_of(op: str, args: tuple, kwargs: dict) -> tuple[TensorSpec, ...] | N
             return type(v)(build(x) for x in v)
         return v
 
+    from profilers.capture import quiet_fake_tensor_log
+
     namespace, name, overload = op.split(".", 2)
     func = getattr(getattr(getattr(torch.ops, namespace), name), overload)
     try:
-        with FakeTensorMode(allow_non_fake_inputs=False), torch.inference_mode():
+        with quiet_fake_tensor_log(), FakeTensorMode(allow_non_fake_inputs=False), \
+                torch.inference_mode():
             out = func(*build(list(args)), **{k: build(v) for k, v in kwargs.items()})
     except Exception:  # noqa: BLE001 - an inconsistent perturbation is simply discarded
         return None

@@ -86,7 +86,7 @@ def test_evaluate_reports_each_model_and_both_baselines(predictor, tmp_path):
 def test_time_model_times_a_real_model_and_restores_threads():
     before = torch.get_num_threads()
     samples = time_model("torchvision:squeezenet1_1", list(SMALL), runs=3, warmup=1, threads=1)
-    assert len(samples) == 3 and all(s > 0 for s in samples)
+    assert len(samples) >= 3 and all(s > 0 for s in samples)  # at least `runs`
     assert torch.get_num_threads() == before
 
 
