@@ -162,3 +162,8 @@ def test_eval_function_scores_and_rejects_below_the_floor(env, tmp_path):
     assert strict["fastest_meeting_budget"] is None
     missing = run(env, "--p95", "5", "--eval", f"{tmp_path}/nope.py:score")
     assert missing.exit_code == 1 and "does not exist" in missing.output
+
+
+def test_accuracy_floor_without_verify_is_bad_usage(env):
+    result = run(env, "--p95", "10", "--accuracy-floor", "0.9")
+    assert result.exit_code == 2 and "--verify" in result.output

@@ -52,6 +52,8 @@ def advise(ctx, model, device, p95, p99, inputs, batch, dtype, rate, workers, ma
     from advisor.engine import advise as run_advice
     from advisor.verify import load_eval, verify
 
+    if accuracy_floor is not None and not verify_k:
+        raise click.UsageError("--accuracy-floor is checked by measuring: add --verify [K]")
     if (p95 is None) == (p99 is None):
         raise click.BadParameter("give exactly one budget: --p95 MS or --p99 MS")
     if rate is None and (max_batch != 1 or max_wait_ms != 0 or workers != 1):

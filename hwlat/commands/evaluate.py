@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from hwlat.commands.common import json_option, open_db, write_plot
+from hwlat.commands.common import json_option, open_db, parse_inputs, write_plot
 from hwlat.output import emit_json, stderr, stdout
 from predictor.devices import choose_device, require_this_machine
 from predictor.evaluate import EvalCase, EvalReport, evaluate, zoo_cases
@@ -36,6 +36,7 @@ def evaluate_cmd(ctx, models, device, threads, holdout_families, batches, inputs
     if models and holdout_families:
         raise click.UsageError("--holdout-families picks models from the zoo; drop MODELS or it")
     batches = batches or (1,)
+    parse_inputs(inputs)  # a malformed --input is bad usage, before anything is measured
     cases = _cases(models, inputs, batches, dtypes, holdout_families)
     progress = None if as_json else (lambda text: stderr.print(f"[dim]{text}[/]"))
     with open_db(ctx, readonly=True) as db:
