@@ -111,7 +111,7 @@ class Predictor:
         rows = []
         for m in db.model_measurements(self.device.id, kind="e2e"):
             inputs = [parse_input_spec(s) for s in m.settings.get("inputs", [])] or None
-            if progress:
+            if progress and (not rows or rows[-1].spec != m.model):
                 progress(f"capturing {m.model} for the end-to-end fit")
             try:
                 captured = capture_spec(m.model, inputs=inputs,

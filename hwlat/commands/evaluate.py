@@ -70,15 +70,21 @@ def _inputs_for(spec: str, inputs: tuple[str, ...], batch: int) -> tuple[str, ..
 
 
 def show(report: EvalReport) -> None:
-    table = Table("model", "inputs", "dtype", "measured ms", "hwlat ms", "err", "FLOPs-lin ms",
-                  "err", title=f"predicted vs measured on {report.device}")
+    dtypes = {r.dtype for r in report.rows}
+    table = Table(title=f"predicted vs measured on {report.device}")
+    table.add_column("model", no_wrap=True)
+    table.add_column("inputs", no_wrap=True)
+    if len(dtypes) > 1:
+        table.add_column("dtype")
+    for name in ("measured ms", "hwlat ms", "error", "FLOPs-linear error"):
+        table.add_column(name, justify="right")
     for r in report.rows:
         flops_err = (f"{(r.flops_pred_ms / r.measured_ms - 1):+.1%}"
                      if r.flops_pred_ms is not None else "n/a")
-        table.add_row(r.spec, ",".join(r.inputs), r.dtype, f"{r.measured_ms:.2f}",
-                      f"{r.predicted_ms:.2f}", f"{r.error_pct / 100:+.1%}",
-                      f"{r.flops_pred_ms:.2f}" if r.flops_pred_ms is not None else "n/a",
-                      flops_err)
+        row = [r.spec.removeprefix("torchvision:"), ",".join(r.inputs)]
+        row += [r.dtype] if len(dtypes) > 1 else []
+        table.add_row(*row, f"{r.measured_ms:.2f}", f"{r.predicted_ms:.2f}",
+                      f"{r.error_pct / 100:+.1%}", flops_err)
     stdout.print(table)
     summary = Table("predictor", "MAPE", "median APE", "within 5%", "within 10%", "within 20%",
                     "Spearman", title=f"summary over {len(report.rows)} models")
