@@ -255,8 +255,15 @@ def adaptive_round(db: KernelDB, device_id: str, settings: ProfileSettings, roun
          s.record.to_json(), s.priority) for s in unique])
 
 
+ADAPTIVE_ROWS = 600  # per family: a rough error ranking needs few rows, and it runs every round
+
+
 def family_errors(db: KernelDB, device_id: str) -> dict[str, float]:
-    """Held-out MAPE per family of a quick LightGBM on log latency (3-fold), where >= 30 configs."""
+    """Held-out MAPE per family of a quick LightGBM on log latency (3-fold), where >= 30 configs.
+
+    Cheap on purpose (a sample of configs, one thread: OpenMP workers left spinning would disturb
+    the op timings that follow); it only ranks families for the next adaptive round.
+    """
     import lightgbm as lgb
 
     from profilers.oprecord import OpRecord
@@ -270,9 +277,11 @@ def family_errors(db: KernelDB, device_id: str) -> dict[str, float]:
     for family, rows in by_family.items():
         if len(rows) < 30 or family in ("free", "unknown"):
             continue
+        if len(rows) > ADAPTIVE_ROWS:
+            rows = random.Random(len(rows)).sample(rows, ADAPTIVE_ROWS)
         names = feature_names(family)
-        x = np.array([[features(OpRecord.from_json(r.record), peaks).get(n, np.nan) for n in names]
-                      for r in rows], dtype=float)
+        feats = [features(OpRecord.from_json(r.record), peaks) for r in rows]
+        x = np.array([[f.get(n, np.nan) for n in names] for f in feats], dtype=float)
         y = np.log(np.array([r.median_s for r in rows]))
         idx = np.arange(len(rows))
         random.Random(0).shuffle(idx)
@@ -281,8 +290,8 @@ def family_errors(db: KernelDB, device_id: str) -> dict[str, float]:
         for k in range(3):
             test = folds[k]
             train = np.concatenate([folds[j] for j in range(3) if j != k])
-            model = lgb.LGBMRegressor(n_estimators=100, learning_rate=0.1, num_leaves=15,
-                                      min_child_samples=3, verbose=-1)
+            model = lgb.LGBMRegressor(n_estimators=60, learning_rate=0.15, num_leaves=15,
+                                      min_child_samples=3, n_jobs=1, verbose=-1)
             model.fit(x[train], y[train])
             pred = model.predict(x[test])
             ape.extend(np.abs(np.exp(pred - y[test]) - 1))
