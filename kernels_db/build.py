@@ -229,7 +229,8 @@ def adaptive_round(db: KernelDB, device_id: str, settings: ProfileSettings, roun
 
     `round_no` counts over all runs of the device, so a resumed profile samples new configs.
     """
-    errors = family_errors(db, device_id)
+    measured = db.measured(device_id)  # read once: the error ranking and the perturbations
+    errors = family_errors(db, device_id, measured)
     if not errors:
         return 0
     worst = sorted(errors, key=errors.get, reverse=True)
@@ -237,7 +238,6 @@ def adaptive_round(db: KernelDB, device_id: str, settings: ProfileSettings, roun
 
     device_type = _device_type(settings.device)
     new_samples = []
-    measured = db.measured(device_id)
     from profilers.oprecord import OpRecord
 
     for rank, family in enumerate(worst[:3]):
@@ -258,7 +258,7 @@ def adaptive_round(db: KernelDB, device_id: str, settings: ProfileSettings, roun
 ADAPTIVE_ROWS = 600  # per family: a rough error ranking needs few rows, and it runs every round
 
 
-def family_errors(db: KernelDB, device_id: str) -> dict[str, float]:
+def family_errors(db: KernelDB, device_id: str, measured: list | None = None) -> dict[str, float]:
     """Held-out MAPE per family of a quick LightGBM on log latency (3-fold), where >= 30 configs.
 
     Cheap on purpose (a sample of configs, one thread: OpenMP workers left spinning would disturb
@@ -271,7 +271,7 @@ def family_errors(db: KernelDB, device_id: str) -> dict[str, float]:
 
     peaks = db.get_device(device_id).peaks
     by_family: dict[str, list] = {}
-    for m in db.measured(device_id):
+    for m in db.measured(device_id) if measured is None else measured:
         by_family.setdefault(m.family, []).append(m)
     errors = {}
     for family, rows in by_family.items():

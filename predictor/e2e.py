@@ -85,6 +85,10 @@ class Predictor:
         self.measured_s = measured_s
         self.correction = correction or Correction()
         self.profiled_dtypes: set[str] = set()  # empty: unknown, no notes
+        self._bytes_per_s = peaks_or_nominal(models.peaks)["gbps"] * 1e9
+        caches = (device.fingerprint or {}).get("caches", {})
+        # the assumed 32 MiB only applies to a fingerprint without cache sizes
+        self._llc_bytes = float(caches.get("l3") or caches.get("l2") or 32 << 20)
         self._cache: dict[str, OpEstimate] = {}
 
     @classmethod
@@ -132,7 +136,8 @@ class Predictor:
         rows = self.model_rows(db, progress)
         correction = fit_correction(rows)
         self.models.write_extra(CORRECTION_CACHE, {
-            "version": CORRECTION_VERSION, "correction": correction.to_json(), "rows": [r.to_json() for r in rows]})
+            "version": CORRECTION_VERSION, "correction": correction.to_json(),
+            "rows": [r.to_json() for r in rows]})
         return correction
 
     def cached_model_rows(self) -> list[ModelRow]:
@@ -200,14 +205,7 @@ class Predictor:
         config (alexnet's 151 MB fc weights were predicted 4x below this bound), so model
         predictions are floored here; measured configs are left as measured."""
         nbytes = ops.bytes_of(record)
-        if nbytes <= self._llc_bytes:
-            return 0.0
-        return nbytes / (peaks_or_nominal(self.models.peaks)["gbps"] * 1e9)
-
-    @property
-    def _llc_bytes(self) -> float:
-        caches = (self.device.fingerprint or {}).get("caches", {})
-        return float(caches.get("l3") or caches.get("l2") or 32 << 20)
+        return nbytes / self._bytes_per_s if nbytes > self._llc_bytes else 0.0
 
     # ---------------------------------------------------------------------------- assembling
 
@@ -219,8 +217,7 @@ class Predictor:
             _raise_if_unmodelled(records, est)
         timed = [(r, e) for r, e in zip(records, est, strict=True) if e.source != "free"]
         sum_s = sum(e.p50_s for _, e in timed)
-        gbps = peaks_or_nominal(self.models.peaks)["gbps"]
-        traffic_s = sum(ops.bytes_of(r) for r, _ in timed) / (gbps * 1e9)
+        traffic_s = sum(ops.bytes_of(r) for r, _ in timed) / self._bytes_per_s
         total_s = correction.apply(sum_s, len(timed), traffic_s)
         lo_s, hi_s = self._interval(total_s, sum_s, [e for _, e in timed], correction)
         per_family: dict[str, float] = defaultdict(float)
