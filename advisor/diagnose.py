@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from predictor.e2e import Prediction
-from predictor.features import peaks_or_nominal, roofline_parts
+from predictor.e2e import CORRECTION_TERMS, Prediction
+from predictor.features import peaks_or_nominal
 from profilers import ops
 from profilers.oprecord import OpRecord
 
@@ -70,7 +70,7 @@ def diagnose(prediction: Prediction, records: Sequence[OpRecord], peaks: dict | 
         info = ops.lookup(record.op)
         if info is not None and ops.is_free(record, info):
             continue
-        c, m = roofline_parts(record, peaks)
+        c, m = ops.roofline_parts(record, peaks)
         roof_s += max(c, m)
         bound_compute_s += c if c >= m else 0.0
         flops += ops.flops_of(record, info or ops.fallback_info())
@@ -102,7 +102,7 @@ def _transfer(kind: str, input_bytes: float, peaks: dict, total_ms: float) -> di
 
 
 def _top_family(d: Diagnosis) -> str:
-    timed = {k: v for k, v in d.family_share.items() if k != "op_overhead"}
+    timed = {k: v for k, v in d.family_share.items() if k not in CORRECTION_TERMS}
     if not timed:
         return "no op family"
     name = max(timed, key=timed.get)

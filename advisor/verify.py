@@ -22,12 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from advisor.levers import CastInputs, LeverContext, Variant
 from advisor.rank import LeverResult, rank
+from profilers import stats
 from profilers.errors import AdvisorError, HwlatError
 from profilers.loadtest import model_batch_runner, poisson_arrivals, run_load
 from profilers.modelbench import bench_model
@@ -272,23 +272,11 @@ def _verify(advice, k: int, eval_fn: Callable | None, progress: ProgressFn | Non
 
 
 def spearman(a: list[float], b: list[float]) -> float | None:
-    """Spearman rank correlation (average ranks for ties); None under 3 pairs."""
+    """Spearman rank correlation of verified levers; None under 3 pairs or for a constant side."""
     if len(a) < 3 or len(a) != len(b):
         return None
-    ra, rb = _ranks(a), _ranks(b)
-    if np.std(ra) == 0 or np.std(rb) == 0:
-        return None
-    return float(np.corrcoef(ra, rb)[0, 1])
-
-
-def _ranks(values: list[float]) -> np.ndarray:
-    order = np.argsort(values, kind="stable")
-    ranks = np.empty(len(values))
-    ranks[order] = np.arange(len(values), dtype=float)
-    for v in set(values):  # ties share their mean rank
-        idx = [i for i, x in enumerate(values) if x == v]
-        ranks[idx] = ranks[idx].mean()
-    return ranks
+    rho = stats.spearman(a, b)
+    return None if math.isnan(rho) else rho
 
 
 def _check_here(ctx: LeverContext) -> None:

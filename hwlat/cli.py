@@ -12,6 +12,7 @@ import click
 
 from hwlat import __version__
 from hwlat.commands import COMMANDS
+from profilers import allocator
 from profilers.errors import HwlatError
 
 
@@ -34,6 +35,7 @@ class _Group(click.Group):
 @click.pass_context
 def cli(ctx: click.Context, db_path: str | None) -> None:
     """Predict how fast a neural network runs on a device you profiled once."""
+    allocator.apply()  # before anything is allocated for timing; see profilers/allocator.py
     ctx.obj = {"db_path": db_path}
 
 

@@ -192,10 +192,10 @@ def sample_stats(samples_s: Sequence[float]) -> tuple[float, float]:
     return float(median), float(q3 - q1)
 
 
-def library_versions() -> dict[str, str]:
+def library_versions(dists: Sequence[str] = ("hwlat", "torch", "numpy")) -> dict[str, str]:
     """Versions a measurement depends on, read from metadata so torch is not imported."""
     versions = {"python": sys.version.split()[0]}
-    for dist in ("hwlat", "torch", "numpy"):
+    for dist in dists:
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

@@ -26,7 +26,9 @@ from profilers.oprecord import OpRecord
 
 SOURCES = ("measured", "model", "free", "fallback")
 CORRECTION_CACHE = "e2e_fit"
-CORRECTION_VERSION = 2  # bump when ModelRow or the correction formula changes
+# per_family entries that are correction terms, not op families
+CORRECTION_TERMS = ("op_overhead", "memory_traffic", "weight_reload")
+CORRECTION_VERSION = 3  # bump when ModelRow or the correction formula changes
 ProgressFn = Callable[[str], None]
 
 
@@ -59,6 +61,7 @@ class Prediction:
     sum_ops_ms: float
     roofline_ms: float
     traffic_ms: float = 0.0  # bytes moved by the timed ops at the device's copy bandwidth
+    weights_ms: float = 0.0  # weight bytes re-read from DRAM each pass, at the copy bandwidth
     inputs: list[str] = field(default_factory=list)
     capture_s: float | None = None
     notes: list[str] = field(default_factory=list)
@@ -126,7 +129,8 @@ class Predictor:
             p = self._assemble(captured.ops, spec=m.model, correction=Correction())
             rows.append(ModelRow(m.model, m.family, tuple(m.settings.get("inputs", [])),
                                  m.median_s, p.sum_ops_ms / 1e3, p.n_timed_ops, p.flops,
-                                 p.roofline_ms / 1e3, p.measured_share, p.traffic_ms / 1e3))
+                                 p.roofline_ms / 1e3, p.measured_share, p.traffic_ms / 1e3,
+                                 p.weights_ms / 1e3, m.settings.get("dtype", "float32")))
         return rows
 
     def _load_or_fit_correction(self, db: KernelDB, progress: ProgressFn | None) -> Correction:
@@ -207,6 +211,14 @@ class Predictor:
         nbytes = ops.bytes_of(record)
         return nbytes / self._bytes_per_s if nbytes > self._llc_bytes else 0.0
 
+    def _weights_s(self, timed: list[tuple[OpRecord, OpEstimate]]) -> float:
+        """Weight bytes a forward pass re-reads from DRAM, at the copy bandwidth: the parameters
+        and buffers of timed ops that read them whole (not gathers such as embeddings) and
+        whose timing does not already stream from DRAM (ops larger than the LLC)."""
+        nbytes = sum(r.weight_bytes for r, e in timed
+                     if e.family != "data" and ops.bytes_of(r) <= self._llc_bytes)
+        return nbytes / self._bytes_per_s
+
     # ---------------------------------------------------------------------------- assembling
 
     def _assemble(self, records: Sequence[OpRecord], *, spec: str,
@@ -218,7 +230,8 @@ class Predictor:
         timed = [(r, e) for r, e in zip(records, est, strict=True) if e.source != "free"]
         sum_s = sum(e.p50_s for _, e in timed)
         traffic_s = sum(ops.bytes_of(r) for r, _ in timed) / self._bytes_per_s
-        total_s = correction.apply(sum_s, len(timed), traffic_s)
+        weights_s = self._weights_s(timed)
+        total_s = correction.apply(sum_s, len(timed), traffic_s, weights_s)
         lo_s, hi_s = self._interval(total_s, sum_s, [e for _, e in timed], correction)
         per_family: dict[str, float] = defaultdict(float)
         for _, e in timed:
@@ -227,6 +240,8 @@ class Predictor:
             per_family["op_overhead"] = correction.overhead_s * len(timed) * 1e3
         if correction.c_traffic:
             per_family["memory_traffic"] = correction.c_traffic * traffic_s * 1e3
+        if correction.c_weights:
+            per_family["weight_reload"] = correction.c_weights * weights_s * 1e3
         measured = sum(e.p50_s for _, e in timed if e.source == "measured")
         return Prediction(
             spec=spec, device=self.device.id, latency_ms={"p50": total_s * 1e3},
@@ -237,9 +252,11 @@ class Predictor:
                                                                            total_s),
             measured_share=measured / sum_s if sum_s > 0 else 0.0,
             correction={"a": correction.a, "overhead_us": correction.overhead_s * 1e6,
-                        "c_traffic": correction.c_traffic, "n_models": correction.n_models,
+                        "c_traffic": correction.c_traffic, "c_weights": correction.c_weights,
+                        "n_models": correction.n_models,
                         "note": correction.note},
-            sum_ops_ms=sum_s * 1e3, traffic_ms=traffic_s * 1e3, notes=self._notes(timed),
+            sum_ops_ms=sum_s * 1e3, traffic_ms=traffic_s * 1e3, weights_ms=weights_s * 1e3,
+            notes=self._notes(timed),
             roofline_ms=sum(roofline_s(r, self.models.peaks) for r, _ in timed) * 1e3)
 
     @staticmethod

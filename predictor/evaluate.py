@@ -5,6 +5,14 @@ predicted; the same cases are predicted by a FLOPs-linear and a roofline baselin
 same database, so the report says how much hwlat adds over the obvious proxies. Real
 measurements are NOT written to the database: the schema only allows model measurements of
 kind e2e/bench/load, and storing them as e2e would leak evaluation data into the correction fit.
+
+Anchoring. The shared development VM ran the same held-out models 3-8% faster in one evaluation
+session than in another an hour later, while the training zoo measured the same in both
+profiles: the device's speed drifts between sessions, and every prediction inherits the speed
+of the session its end-to-end references were measured in. With `anchor="session"` (the CLI's
+default) evaluation re-times a spread of those training-zoo references, half before and half
+after the evaluated models, and scales hwlat and both baselines by the median ratio now/then.
+No evaluated model informs it; the report keeps the profile-anchored numbers beside it.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from predictor.e2e import Predictor
 from profilers.capture import capture_spec
 from profilers.errors import NotFittedError
 from profilers.specs import parse_input_spec
+from profilers.stats import spearman
 
 MeasureFn = Callable[[str, Sequence[str], int, int, int | None, str, str], list[float]]
 ProgressFn = Callable[[str], None]
@@ -62,25 +71,6 @@ def time_model(spec: str, inputs: Sequence[str], runs: int = 30, warmup: int = 5
 # ---------------------------------------------------------------------------------- metrics
 
 
-def _ranks(v: np.ndarray) -> np.ndarray:
-    """Average ranks (ties share the mean of their positions)."""
-    order = np.argsort(v, kind="mergesort")
-    ranks = np.empty(len(v))
-    ranks[order] = np.arange(len(v), dtype=float)
-    for value in np.unique(v):
-        ties = v == value
-        ranks[ties] = ranks[ties].mean()
-    return ranks
-
-
-def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    """Spearman rank correlation; nan for fewer than two points or a constant side."""
-    rx, ry = _ranks(np.asarray(x, float)), _ranks(np.asarray(y, float))
-    if len(rx) < 2 or rx.std() == 0 or ry.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(rx, ry)[0, 1])
-
-
 def metrics(measured: Sequence[float], predicted: Sequence[float]) -> dict[str, float]:
     """MAPE and median APE in %, share of models within +-5/10/20% (0..1), Spearman."""
     m, p = np.asarray(measured, float), np.asarray(predicted, float)
@@ -95,6 +85,56 @@ def metrics(measured: Sequence[float], predicted: Sequence[float]) -> dict[str, 
 
 
 # ----------------------------------------------------------------------------------- report
+
+
+DRIFT_REFERENCES = 12  # training-zoo settings re-timed for the session anchor
+DRIFT_MAX_S = 0.15  # ... each at most this long per run, so the anchor costs ~30 s
+
+
+@dataclass
+class Drift:
+    """How fast the device runs in this session vs when its end-to-end references were timed."""
+
+    ratio: float  # median of now / then over the references
+    q25: float
+    q75: float
+    references: list[dict]  # spec, inputs, then_ms, now_ms
+
+    def to_json(self) -> dict:
+        return {"ratio": self.ratio, "q25": self.q25, "q75": self.q75,
+                "n": len(self.references), "references": self.references}
+
+
+def drift_references(predictor: Predictor, n: int = DRIFT_REFERENCES,
+                     max_s: float = DRIFT_MAX_S) -> list:
+    """A spread (by latency) of the device's training-zoo end-to-end rows, cheapest first."""
+    rows = sorted((r for r in predictor.cached_model_rows() if 0 < r.measured_s <= max_s),
+                  key=lambda r: r.measured_s)
+    if len(rows) <= n:
+        return rows
+    picks = np.linspace(0, len(rows) - 1, n).round().astype(int)
+    return [rows[i] for i in sorted(set(picks.tolist()))]
+
+
+def _time_references(rows: Sequence, measure_fn: MeasureFn, runs: int, warmup: int,
+                     threads: int | None, kind: str, progress: ProgressFn | None) -> list[dict]:
+    out = []
+    for r in rows:
+        if progress:
+            progress(f"re-timing reference {r.spec} {','.join(r.inputs)}")
+        now = statistics.median(measure_fn(r.spec, list(r.inputs), runs, warmup, threads, kind,
+                                           r.dtype))
+        out.append({"spec": r.spec, "inputs": list(r.inputs), "then_ms": r.measured_s * 1e3,
+                    "now_ms": now * 1e3})
+    return out
+
+
+def _drift(timed: list[dict]) -> Drift | None:
+    if not timed:
+        return None
+    ratios = np.array([t["now_ms"] / t["then_ms"] for t in timed])
+    q25, med, q75 = np.percentile(ratios, [25, 50, 75])
+    return Drift(float(med), float(q25), float(q75), timed)
 
 
 @dataclass
@@ -113,19 +153,23 @@ class EvalRow:
     measured_share: float
     unmodelled_share: float
     dtype: str = "float32"
+    predicted_profile_ms: float | None = None  # before the session anchor (None: not anchored)
 
 
 @dataclass
 class EvalReport:
     device: str
     rows: list[EvalRow]
-    summary: dict[str, dict]  # "hwlat" / "flops" / "roofline" -> metrics
+    summary: dict[str, dict]  # "hwlat" / "flops" / "roofline" (/ "hwlat_profile_anchor")
     interval_coverage: float  # share of models whose measurement lies in the interval
     runs: int
     notes: list[str] = field(default_factory=list)
+    anchor: str = "profile"  # "session": predictions scaled by `drift.ratio`
+    drift: Drift | None = None
 
     def to_json(self) -> dict:
-        return {"device": self.device, "runs": self.runs, "summary": self.summary,
+        return {"device": self.device, "runs": self.runs, "anchor": self.anchor,
+                "drift": self.drift.to_json() if self.drift else None, "summary": self.summary,
                 "interval_coverage": self.interval_coverage, "notes": self.notes,
                 "models": [asdict(r) for r in self.rows]}
 
@@ -169,9 +213,15 @@ def _baselines(predictor: Predictor) -> tuple[FlopsLinear | None, RooflineScaled
 
 def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int = 30,
              warmup: int = 5, predictor: Predictor | None = None,
-             measure_fn: MeasureFn | None = None,
+             measure_fn: MeasureFn | None = None, anchor: str = "profile",
              progress: ProgressFn | None = None) -> EvalReport:
-    """Measure and predict every case; summary metrics for hwlat and both baselines."""
+    """Measure and predict every case; summary metrics for hwlat and both baselines.
+
+    anchor: "profile" predicts from the database as it is; "session" also re-times training-zoo
+    references around the evaluated models and scales every predictor by the drift (see above).
+    """
+    if anchor not in ("profile", "session"):
+        raise ValueError(f"anchor must be 'profile' or 'session', not {anchor!r}")
     predictor = predictor or Predictor.for_device(db, device, progress=progress)
     dev = predictor.device
     measure_fn = measure_fn or time_model
@@ -180,6 +230,9 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     for case in cases:  # all captures first: nothing but the model runs while it is timed
         captured.append(capture_spec(case.spec, inputs=[parse_input_spec(s) for s in case.inputs]
                                      or None, device_type=dev.kind, dtype=case.dtype))
+    refs = drift_references(predictor) if anchor == "session" else []
+    timed_refs = _time_references(refs[::2], measure_fn, runs, warmup, dev.threads, dev.kind,
+                                  progress)
     measured_ms = []
     for case, cap in zip(cases, captured, strict=True):
         if progress:
@@ -187,28 +240,42 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
         samples = measure_fn(case.spec, [str(i) for i in cap.inputs], runs, warmup, dev.threads,
                              dev.kind, case.dtype)
         measured_ms.append(statistics.median(samples) * 1e3)
+    timed_refs += _time_references(refs[1::2], measure_fn, runs, warmup, dev.threads, dev.kind,
+                                   progress)
+    drift = _drift(timed_refs)
+    notes = [note] if note else []
+    if anchor == "session" and drift is None:
+        notes.append("no training-zoo references under "
+                     f"{DRIFT_MAX_S * 1e3:.0f} ms on this device: predictions not re-anchored")
+    k = drift.ratio if drift else 1.0
     rows = []
     for case, cap, measured in zip(cases, captured, measured_ms, strict=True):
         pred = predictor.predict_captured(cap)
         rows.append(EvalRow(
             spec=case.spec, family=case.family or cap.family, inputs=pred.inputs,
             batch=cap.inputs[0].shape[0] if cap.inputs and cap.inputs[0].shape else None,
-            measured_ms=measured, predicted_ms=pred.p50_ms, interval_ms=pred.interval_ms,
-            error_pct=(pred.p50_ms / measured - 1) * 100, flops=pred.flops,
-            flops_pred_ms=flops_base.predict_flops(pred.flops) * 1e3 if flops_base else None,
-            roofline_pred_ms=(roof_base.predict_roofline(pred.roofline_ms / 1e3) * 1e3
+            measured_ms=measured, predicted_ms=k * pred.p50_ms,
+            interval_ms=[k * v for v in pred.interval_ms],
+            error_pct=(k * pred.p50_ms / measured - 1) * 100, flops=pred.flops,
+            flops_pred_ms=k * flops_base.predict_flops(pred.flops) * 1e3 if flops_base else None,
+            roofline_pred_ms=(k * roof_base.predict_roofline(pred.roofline_ms / 1e3) * 1e3
                               if roof_base else None),
             measured_share=pred.measured_share,
-            unmodelled_share=sum(u["share"] for u in pred.unmodelled), dtype=case.dtype))
-    return _report(dev.id, rows, runs, [note] if note else [])
+            unmodelled_share=sum(u["share"] for u in pred.unmodelled), dtype=case.dtype,
+            predicted_profile_ms=pred.p50_ms if drift else None))
+    return _report(dev.id, rows, runs, notes, "session" if drift else "profile", drift)
 
 
-def _report(device: str, rows: list[EvalRow], runs: int, notes: list[str]) -> EvalReport:
+def _report(device: str, rows: list[EvalRow], runs: int, notes: list[str],
+            anchor: str = "profile", drift: Drift | None = None) -> EvalReport:
     measured = [r.measured_ms for r in rows]
     summary = {"hwlat": metrics(measured, [r.predicted_ms for r in rows])}
     if rows and rows[0].flops_pred_ms is not None:
         summary["flops"] = metrics(measured, [r.flops_pred_ms for r in rows])
         summary["roofline"] = metrics(measured, [r.roofline_pred_ms for r in rows])
+    if drift:
+        summary["hwlat_profile_anchor"] = metrics(measured,
+                                                  [r.predicted_profile_ms for r in rows])
     covered = [r.interval_ms[0] <= r.measured_ms <= r.interval_ms[1] for r in rows]
     return EvalReport(device, rows, summary, float(np.mean(covered)) if rows else float("nan"),
-                      runs, notes)
+                      runs, notes, anchor, drift)

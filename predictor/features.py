@@ -40,21 +40,9 @@ def peaks_or_nominal(peaks: dict | None) -> dict:
     return {"gflops": gflops, "peak_gflops": gflops, "gbps": float(gbps)}
 
 
-def roofline_parts(record: OpRecord, peaks: dict) -> tuple[float, float]:
-    """(compute seconds, memory seconds) of one op at the device's peaks (0 for free ops).
-
-    Unregistered ops get the registry's stated fallback counters (`ops.fallback_info`).
-    """
-    info = ops.lookup(record.op) or ops.fallback_info()
-    gflops = peaks["gflops"].get(record.dtype) or peaks["gflops"]["float32"]
-    compute_s = ops.flops_of(record, info) / (gflops * 1e9)
-    memory_s = ops.bytes_of(record, info) / (peaks["gbps"] * 1e9)
-    return compute_s, memory_s
-
-
 def roofline_s(record: OpRecord, peaks: dict | None) -> float:
     """The roofline time of one op, never below 1 ns (so logs stay finite)."""
-    return max(max(roofline_parts(record, peaks_or_nominal(peaks))), _MIN_S)
+    return max(ops.roofline_s(record, peaks_or_nominal(peaks)), _MIN_S)
 
 
 def feature_names(family: str) -> list[str]:
@@ -66,7 +54,7 @@ def feature_row(record: OpRecord, family: str, peaks: dict | None) -> list[float
     peaks = peaks_or_nominal(peaks)
     values = ops.features(record, peaks)
     row = [float(values.get(name, math.nan)) for name in ops.feature_names(family)]
-    compute_s, memory_s = roofline_parts(record, peaks)
+    compute_s, memory_s = ops.roofline_parts(record, peaks)
     row += [math.log(max(compute_s, memory_s, _MIN_S)), math.log(max(compute_s, _MIN_S)),
             math.log(max(memory_s, _MIN_S)), float(compute_s >= memory_s)]
     return row

@@ -16,12 +16,11 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
-from kernels_db.store import KernelDB, MeasuredConfig
+from kernels_db.store import KernelDB, MeasuredConfig, library_versions
 from predictor.family_model import FamilyModel, cross_validate
 from predictor.features import feature_matrix, feature_names, roofline_s
 from profilers.oprecord import OpRecord
@@ -47,14 +46,7 @@ def default_cache_dir(device_id: str, db_path: str | os.PathLike | None = None) 
     return root / "hwlat" / "models" / f"{device_id}-{tag}"
 
 
-def library_versions() -> dict[str, str]:
-    versions = {}
-    for dist in ("hwlat", "lightgbm", "torch", "numpy"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
-    return versions
+MODEL_DISTS = ("hwlat", "lightgbm", "torch", "numpy")  # versions recorded beside a model
 
 
 @dataclass
@@ -155,7 +147,7 @@ def train(db: KernelDB, device_id: str, directory: Path, *, target: str = "auto"
                             "feature_names": feature_names(family)}
     result = DeviceModels(device.id, token, device.peaks, models, families,
                           roofline_ratios(rows, device.peaks), Path(directory), retrained=True,
-                          versions=library_versions())
+                          versions=library_versions(MODEL_DISTS))
     save(result)
     return result
 

@@ -94,11 +94,20 @@ class _ModuleStack:
 class _OpRecorder(TorchDispatchMode):
     """Records each aten call that reaches it as an OpRecord, tensors replaced by specs."""
 
-    def __init__(self, modules: _ModuleStack) -> None:
+    def __init__(self, modules: _ModuleStack, state: Sequence[torch.Tensor] = ()) -> None:
         super().__init__()
         self.modules = modules
         self.records: list[OpRecord] = []
         self.failed_op: dict[int, tuple[BaseException, str]] = {}  # id(exc) -> (exc, its op)
+        # parameters and buffers, and views of them (weight.t() for addmm): id -> tensor, the
+        # tensor kept so that its id is not reused while capturing
+        self.state: dict[int, torch.Tensor] = {id(t): t for t in state}
+
+    def _weight_bytes(self, func: Any, args: tuple, kwargs: dict, out: Any) -> int:
+        seen = {id(t): t for t in _tensors([*args, *kwargs.values()]) if id(t) in self.state}
+        if seen and getattr(func, "is_view", False):
+            self.state.update((id(t), t) for t in _tensors(out))
+        return sum(TensorSpec.of(t).nbytes for t in seen.values())
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -114,6 +123,7 @@ class _OpRecorder(TorchDispatchMode):
                 kwargs={k: _spec_value(v) for k, v in kwargs.items()},
                 outputs=tuple(_output_specs(out)),
                 module=self.modules.current,
+                weight_bytes=self._weight_bytes(func, args, kwargs, out),
             ))
         return out
 
@@ -149,10 +159,10 @@ def _tensors(out: Any) -> Iterator[torch.Tensor]:
 
 
 @contextlib.contextmanager
-def _recording(model: nn.Module) -> Iterator[_OpRecorder]:
+def _recording(model: nn.Module, state: Sequence[torch.Tensor] = ()) -> Iterator[_OpRecorder]:
     """Hooks for module paths plus a recorder; the failure point is turned into a CaptureError."""
     modules = _ModuleStack(model)
-    recorder = _OpRecorder(modules)
+    recorder = _OpRecorder(modules, state)
     try:
         with quiet_fake_tensor_log():
             yield recorder
@@ -302,7 +312,7 @@ def capture(
     for store, name, _, fake in swaps:
         store[name] = fake
     try:
-        with _recording(model) as recorder, grad, mode, recorder:
+        with _recording(model, [fake for *_, fake in swaps]) as recorder, grad, mode, recorder:
             model(*fake_inputs)
     finally:
         for store, name, original, _ in swaps:
@@ -320,7 +330,8 @@ def record_real(
     """The aten ops of a real CPU forward of `model` (real values), recorded like `capture`."""
     grad = _grad_context(grad_mode)
     real_inputs = [_real_input(x, vocab) for x in inputs]
-    with _recording(model) as recorder, grad, recorder:
+    state = [*model.parameters(), *model.buffers()]
+    with _recording(model, state) as recorder, grad, recorder:
         model(*real_inputs)
     return recorder.records
 

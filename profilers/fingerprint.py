@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from profilers import allocator
 from profilers.clocks import parse_device
 from profilers.errors import DeviceError
 from profilers.timer import Measurement, default_threads, measure, thread_count
@@ -77,6 +78,7 @@ class DeviceFingerprint:
     caches: dict  # bytes per instance: l1d, l1i, l2, l3 (GPU: l2)
     versions: dict  # library versions; recorded, not part of the id
     gpu: dict | None = None  # NVML/torch facts about the GPU
+    allocator: str = allocator.SYSTEM  # profilers.allocator policy the timings were taken under
 
     @property
     def device_id(self) -> str:
@@ -101,6 +103,8 @@ class DeviceFingerprint:
         }
         if self.kind == "cpu":
             ident["threads"] = self.threads
+            if self.allocator != allocator.SYSTEM:  # older fingerprints keep their id
+                ident["allocator"] = self.allocator
         if self.gpu is not None:
             ident["gpu"] = {k: self.gpu.get(k) for k in ("name", "memory_total_bytes", "sm_count")}
         return ident
@@ -130,6 +134,7 @@ class DeviceFingerprint:
             caches=dict(d["caches"]),
             versions=dict(d["versions"]),
             gpu=dict(d["gpu"]) if d.get("gpu") is not None else None,
+            allocator=d.get("allocator", allocator.SYSTEM),
         )
 
 
@@ -162,6 +167,7 @@ def _cpu_fingerprint(threads: int) -> DeviceFingerprint:
         isa=isa + (f"{TORCH_CAPABILITY_PREFIX}{capability.lower()}",),
         caches=cpu_caches(),
         versions=library_versions(cuda=False),
+        allocator=allocator.apply(),
     )
 
 
@@ -300,6 +306,7 @@ def _cuda_fingerprint(index: int, threads: int) -> DeviceFingerprint:
         isa=(f"sm_{props.major}{props.minor}",),
         caches={"l2": gpu["l2_bytes"]} if gpu["l2_bytes"] else {},
         versions=library_versions(cuda=True),
+        allocator=allocator.apply(),
         gpu=gpu,
     )
 

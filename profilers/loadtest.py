@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from profilers import allocator
 from profilers.errors import BenchError
 from profilers.stats import LatencyStats, format_ms, insufficient_note, plot_distributions
 
@@ -366,6 +367,7 @@ def run_load(
     "error", stops the run, and keeps every request served so far.
     """
     _check_load_args(arrivals, workers, max_batch, max_wait_s, queue_capacity)
+    allocator.apply()
     cap = duration_cap_s if duration_cap_s is not None else max(arrivals) + DEFAULT_DRAIN_S
     _check_positive("duration cap", cap)
     server = _Server(infer_batch, sorted(arrivals), workers, max_batch, max_wait_s,

@@ -177,6 +177,9 @@ class OpRecord:
     kwargs: dict = field(default_factory=dict)
     outputs: tuple[TensorSpec, ...] = ()
     module: str = ""  # dotted path of the innermost nn.Module that issued the call, "" if unknown
+    # bytes of the model's parameters and buffers among the inputs (capture fills it; like
+    # `module`, it describes the call site, not the config, and is not part of the key)
+    weight_bytes: int = 0
 
     @cached_property
     def inputs(self) -> list[TensorSpec]:
@@ -214,6 +217,7 @@ class OpRecord:
             "kwargs": encode(self.kwargs),
             "outputs": [o.to_json() for o in self.outputs],
             "module": self.module,
+            "weight_bytes": self.weight_bytes,
         }
 
     @classmethod
@@ -224,4 +228,5 @@ class OpRecord:
             kwargs=decode(d.get("kwargs", {})),
             outputs=tuple(TensorSpec.from_json(o) for o in d.get("outputs", [])),
             module=d.get("module", ""),
+            weight_bytes=int(d.get("weight_bytes", 0)),
         )

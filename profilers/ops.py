@@ -818,15 +818,21 @@ def flops_of(record: OpRecord, info: OpInfo | None = None) -> float:
 NOMINAL_GFLOPS = 100.0  # used only when a device has no measured compute peak at all
 
 
-def roofline_s(record: OpRecord, peaks: dict) -> float:
-    """max(compute time, memory time) at the device's peaks.
+def roofline_parts(record: OpRecord, peaks: dict) -> tuple[float, float]:
+    """(compute seconds, memory seconds) of one op at the device's peaks (0 for free ops).
 
     peaks: {"gflops": {dtype: GFLOP/s}, "gbps": GB/s} as `measure_peaks` returns them; a dtype
-    without a peak uses float32's.
+    without a peak uses float32's. Unregistered ops get the stated `fallback_info` counters.
     """
+    info = lookup(record.op) or fallback_info()
     gflops = peaks.get("gflops") or {"float32": NOMINAL_GFLOPS}
     peak = gflops.get(record.dtype) or gflops.get("float32") or max(gflops.values())
-    return max(flops_of(record) / (peak * 1e9), bytes_of(record) / (peaks["gbps"] * 1e9))
+    return flops_of(record, info) / (peak * 1e9), bytes_of(record, info) / (peaks["gbps"] * 1e9)
+
+
+def roofline_s(record: OpRecord, peaks: dict) -> float:
+    """max(compute time, memory time) at the device's peaks."""
+    return max(roofline_parts(record, peaks))
 
 
 def common_features(record: OpRecord, info: OpInfo | None, peaks: dict | None = None) -> Features:

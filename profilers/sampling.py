@@ -153,22 +153,42 @@ def _spatial(rng: random.Random) -> int:
     return rng.choice((1, 7, 7, 14, 14, 28, 28, 56, 56, 112, 13, 17, 35, 20, 40, 80))
 
 
+# one random config never eats the budget: ~0.2 s of compute at 1 thread here, and inputs of at
+# most 256 MiB (fp32) for the memory-bound families
+MAX_RANDOM_GFLOP = 20.0
+MAX_RANDOM_NUMEL = 64 << 20
+
+
+def _fit_spatial(n: int, c: int, hw: int) -> int:
+    while hw > 1 and n * c * hw * hw > MAX_RANDOM_NUMEL:
+        hw //= 2
+    return hw
+
+
 def _conv(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
-    cin = _channels(rng, 3, 1024) if rng.random() > 0.05 else 3
+    cin = _channels(rng, 3, 2048) if rng.random() > 0.05 else 3
     k = rng.choice((1, 1, 1, 3, 3, 3, 5, 7))
     stride = rng.choice((1, 1, 1, 2))
     depthwise = k > 1 and rng.random() < 0.3
-    cout = cin if depthwise else _channels(rng, 8, 1024)
+    cout = cin if depthwise else _channels(rng, 8, 2048)
     hw = _spatial(rng)
     if k == 1 and rng.random() < 0.25:
         hw = 1  # squeeze-excite 1x1 convs on 1x1 spatial inputs
+    n = rng.choice((1, 1, 2, 8))
+    per_pixel = 2 * k * k * cout * (1 if depthwise else cin) / stride**2
+    while hw > 1 and n * hw * hw * per_pixel > MAX_RANDOM_GFLOP * 1e9:
+        hw //= 2
     mod = nn.Conv2d(cin, cout, k, stride, padding=k // 2, groups=cin if depthwise else 1,
                     bias=rng.random() < 0.5)
-    n = rng.choice((1, 1, 2, 8))
     return mod, [(n, cin, max(hw, k // 2 + 1), max(hw, k // 2 + 1))], rng.random() < 0.3
 
 
 def _linear(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
+    if rng.random() < 0.15:  # weights far beyond the LLC: classifier heads, LLM MLPs
+        k, n = _channels(rng, 4096, 16384), _channels(rng, 1000, 8192)
+        n = min(n, (64 << 20) // k)  # at most 256 MiB of fp32 weights
+        rows = rng.choice((1, 2, 8, 32))
+        return nn.Linear(k, n, bias=rng.random() < 0.8), [(rows, k)], False
     k, n = _channels(rng, 16, 4096), _channels(rng, 16, 4096)
     rows = rng.choice((1, 8, 32, 128, 256, 512))
     shape = (rows, k) if rng.random() < 0.5 else (rng.choice((1, 2, 8)), rows, k)
@@ -192,10 +212,12 @@ def _attention(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bo
 
 
 def _pool(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
-    c, hw = _channels(rng, 16, 1024), _spatial(rng) * 2
+    c, n = _channels(rng, 16, 1024), rng.choice((1, 8))
+    hw = _fit_spatial(n, c, _spatial(rng) * 2)
     mod = rng.choice((nn.MaxPool2d(3, 2, 1), nn.MaxPool2d(2, 2), nn.AvgPool2d(2, 2),
-                      nn.AdaptiveAvgPool2d(1), nn.AdaptiveAvgPool2d(7)))
-    return mod, [(rng.choice((1, 8)), c, hw, hw)], rng.random() < 0.3
+                      nn.MaxPool2d(3, 2, ceil_mode=True), nn.MaxPool2d(3, 1, 1, ceil_mode=True),
+                      nn.AvgPool2d(3, 1, 1), nn.AdaptiveAvgPool2d(1), nn.AdaptiveAvgPool2d(7)))
+    return mod, [(n, c, hw, hw)], rng.random() < 0.3
 
 
 def _norm_act(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:

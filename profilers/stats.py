@@ -268,3 +268,22 @@ def _plot_ecdf(ax: Any, name: str, stats: LatencyStats) -> None:
     ax.set_title(f"{name} (n={stats.n})", fontsize=9)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="lower right")
+
+
+def _ranks(v: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share the mean of their positions)."""
+    order = np.argsort(v, kind="mergesort")
+    ranks = np.empty(len(v))
+    ranks[order] = np.arange(len(v), dtype=float)
+    for value in np.unique(v):
+        ties = v == value
+        ranks[ties] = ranks[ties].mean()
+    return ranks
+
+
+def spearman(x: Iterable[float], y: Iterable[float]) -> float:
+    """Spearman rank correlation; nan for fewer than two points or a constant side."""
+    rx, ry = _ranks(np.asarray(list(x), float)), _ranks(np.asarray(list(y), float))
+    if len(rx) < 2 or rx.std() == 0 or ry.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(rx, ry)[0, 1])

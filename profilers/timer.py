@@ -22,6 +22,7 @@ from functools import cached_property
 
 import torch
 
+from profilers import allocator
 from profilers.clocks import Clock, clock_for, parse_device
 
 NOISE_THRESHOLD = 0.10  # IQR/median above this marks a measurement as noisy
@@ -232,6 +233,7 @@ def measure(
     `now()` if it has one, else `time.perf_counter`); it never leaves fewer than
     `MIN_SAMPLES_UNDER_CAP` samples.
     """
+    allocator.apply()
     clock = clock if clock is not None else clock_for(device)
     wall = wall or getattr(clock, "now", None) or time.perf_counter
     max_reps = max(max_reps, 1)

@@ -12,7 +12,11 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+_ROOT = Path(__file__).resolve().parent.parent
+# data/ of a checkout (editable installs, tests); a wheel carries it as hwlat/data (a symlink to
+# data/ in the source tree, copied into the package when built)
+DATA_DIR = next((d for d in (_ROOT / "data", _ROOT / "hwlat" / "data") if (d / "zoo.json").exists()),
+                _ROOT / "data")
 
 
 @dataclass(frozen=True)

@@ -167,3 +167,34 @@ def test_capture_spec_and_json_round_trip() -> None:
     assert result.ops[0].op == "aten.conv2d.default" and result.ops[0].module == "conv1"
     assert result.ops[0].outputs[0].shape == (2, 64, 112, 112)
     assert all(OpRecord.from_json(r.to_json()) == r for r in result.ops)
+
+
+class _Head(nn.Module):
+    """A conv block plus a hand-written linear layer that reads its weight through a view."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.bn = nn.BatchNorm2d(8)
+        self.w = nn.Parameter(torch.randn(10, 8 * 6 * 6))
+        self.register_buffer("shift", torch.zeros(10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn(self.conv(x))).flatten(1)
+        return y @ self.w.t() + self.shift
+
+
+def test_weight_bytes_are_the_parameters_and_buffers_each_call_reads() -> None:
+    model = _Head().eval()
+    inputs = [InputSpec((2, 3, 8, 8))]
+    ops = capture(model, inputs)
+    by_op = {r.op: r.weight_bytes for r in ops}
+    assert by_op["aten.conv2d.default"] == (8 * 3 * 3 * 3 + 8) * 4
+    assert by_op["aten.batch_norm.default"] == 4 * 8 * 4  # weight, bias, running mean and var
+    assert by_op["aten.relu.default"] == 0
+    assert by_op["aten.matmul.default"] == 10 * 288 * 4  # through the view self.w.t()
+    assert by_op["aten.add.Tensor"] == 10 * 4
+    assert [r.weight_bytes for r in ops] == [r.weight_bytes for r in record_real(model, inputs)]
+    # the call site's weights do not change what is timed: same key as a record without them
+    conv = next(r for r in ops if r.op == "aten.conv2d.default")
+    assert conv.key == OpRecord(conv.op, conv.args, conv.kwargs, conv.outputs).key

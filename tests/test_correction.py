@@ -39,6 +39,18 @@ def test_one_disturbed_timing_does_not_drag_the_fit():
     assert disturbed.a == pytest.approx(clean.a, rel=0.1)
 
 
+def test_recovers_the_weight_reload_term_beside_the_others():
+    shapes = [(s, n, t, w) for (s, n, t), w in zip(SHAPES, (0.0, 0.002, 0.0001, 0.004, 0.0,
+                                                            0.0008, 0.003, 0.0005), strict=True)]
+    out = [ModelRow(f"m{i}", f"fam{i % 4}", (), 1.02 * s + 3e-6 * n + 0.45 * t + 1.9 * w, s, n,
+                    1e9, s / 3, 1.0, traffic_s=t, weights_s=w)
+           for i, (s, n, t, w) in enumerate(shapes)]
+    fit = fit_correction(out)
+    assert fit.coefficients == pytest.approx((1.02, 3e-6, 0.45, 1.9), rel=1e-4)
+    assert "1.900 x weight re-read time" in fit.note
+    assert all(fit.of(r) == pytest.approx(r.measured_s) for r in out)
+
+
 def test_a_term_that_would_be_negative_is_dropped_not_kept():
     fit = fit_correction(rows(1.2, 0.0, -0.3))  # traffic would "speed things up": not physical
     assert fit.c_traffic == 0.0 and fit.overhead_s >= 0.0 and fit.a > 0

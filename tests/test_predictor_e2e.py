@@ -93,6 +93,19 @@ def test_json_contract_and_per_family_sums_to_p50(predictor, resnet):
     assert p.n_timed_ops == len(resnet.ops) - len(free)
 
 
+def test_weight_reload_term_counts_every_weight_read_at_the_copy_bandwidth(db_path, tmp_path,
+                                                                           resnet):
+    params = sum(r.weight_bytes for r in resnet.ops)  # resnet18: 11.7M parameters + BN buffers
+    assert params == pytest.approx(46.8e6, rel=0.01)
+    with KernelDB.open(db_path) as db:
+        pred = Predictor.for_device(db, "box", cache_dir=tmp_path)
+    pred.correction = Correction(a=1.0, c_weights=2.0)
+    p = pred.predict_captured(resnet)
+    assert p.weights_ms == pytest.approx(params / (PEAKS["gbps"] * 1e9) * 1e3)
+    assert p.per_family["weight_reload"] == pytest.approx(2.0 * p.weights_ms)
+    assert sum(p.per_family.values()) == pytest.approx(p.p50_ms)
+
+
 def test_exact_measured_config_wins_over_the_model(db_path, tmp_path, resnet):
     conv = max((r for r in resnet.ops if ops.family_of(r.op) == "conv"), key=synthetic_s)
     with KernelDB.open(db_path) as src, KernelDB.open(tmp_path / "k.db") as db:

@@ -83,6 +83,38 @@ def test_evaluate_reports_each_model_and_both_baselines(predictor, tmp_path):
     assert (tmp_path / "eval.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_session_anchor_scales_every_predictor_by_the_reference_drift(predictor):
+    then_s = {"torchvision:squeezenet1_1": 0.002, "torchvision:resnet18": 0.004}  # the db's e2e
+    order = []
+
+    def fake_measure(spec, inputs, runs, warmup, threads, device, dtype):
+        order.append(spec)
+        if spec.endswith("x0_5"):  # the evaluated model
+            return [0.010] * 3
+        return [then_s[spec] * 0.9] * 3  # the references run 10% faster in this session
+
+    cases = [EvalCase("torchvision:shufflenet_v2_x0_5", SMALL)]
+    plain = evaluate(None, "dev1", cases, predictor=predictor, measure_fn=fake_measure)
+    assert plain.anchor == "profile" and plain.drift is None and order == ["torchvision:shufflenet_v2_x0_5"]
+    order.clear()
+    anchored = evaluate(None, "dev1", cases, predictor=predictor, measure_fn=fake_measure,
+                        anchor="session")
+    # one reference before the evaluated model, one after
+    assert order == ["torchvision:squeezenet1_1", "torchvision:shufflenet_v2_x0_5",
+                     "torchvision:resnet18"]
+    assert anchored.anchor == "session" and anchored.drift.ratio == pytest.approx(0.9)
+    a, p = anchored.rows[0], plain.rows[0]
+    assert a.predicted_ms == pytest.approx(0.9 * p.predicted_ms)
+    assert a.predicted_profile_ms == pytest.approx(p.predicted_ms)
+    assert a.flops_pred_ms == pytest.approx(0.9 * p.flops_pred_ms)
+    assert a.interval_ms == pytest.approx([0.9 * v for v in p.interval_ms])
+    assert anchored.summary["hwlat_profile_anchor"]["mape_pct"] == plain.summary["hwlat"]["mape_pct"]
+    data = json.loads(json.dumps(anchored.to_json()))
+    assert data["drift"]["n"] == 2 and data["drift"]["references"][0]["then_ms"] == 2.0
+    with pytest.raises(ValueError):
+        evaluate(None, "dev1", cases, predictor=predictor, measure_fn=fake_measure, anchor="x")
+
+
 def test_time_model_times_a_real_model_and_restores_threads():
     before = torch.get_num_threads()
     samples = time_model("torchvision:squeezenet1_1", list(SMALL), runs=3, warmup=1, threads=1)

@@ -56,3 +56,18 @@ def test_perturb_is_seeded(squeezenet_ops):
     a = [sampling.perturb(r, random.Random(5)) for r in squeezenet_ops[:10]]
     b = [sampling.perturb(r, random.Random(5)) for r in squeezenet_ops[:10]]
     assert a == b
+
+
+def test_random_configs_stay_within_the_per_config_caps():
+    rng = random.Random(7)
+    for _ in range(300):
+        conv, [shape], _ = sampling.GENERATORS["conv"](rng)
+        n, cin, h, w = shape
+        flops = 2 * n * conv.out_channels * (cin // conv.groups) * conv.kernel_size[0] ** 2 * h * w
+        assert flops / conv.stride[0] ** 2 <= sampling.MAX_RANDOM_GFLOP * 1e9 * 1.01 or h <= 4
+        pool, [shape], _ = sampling.GENERATORS["pool"](rng)
+        assert shape[0] * shape[1] * shape[2] * shape[3] <= sampling.MAX_RANDOM_NUMEL or shape[2] <= 2
+    heads = [m for m, _, _ in (sampling.GENERATORS["matmul"](rng) for _ in range(300))
+             if m.in_features >= 4096 and m.out_features >= 1000]
+    assert heads  # some linear layers have weights far beyond the LLC
+    assert all(m.in_features * m.out_features <= 64 << 20 for m in heads)

@@ -26,11 +26,15 @@ from predictor.evaluate import EvalCase, EvalReport, evaluate, zoo_cases
 @click.option("--runs", default=30, show_default=True, type=click.IntRange(min=30),
               help="Timed runs per model (median reported).")
 @click.option("--warmup", default=5, show_default=True, type=click.IntRange(min=1))
+@click.option("--anchor", type=click.Choice(["session", "profile"]), default="session",
+              show_default=True,
+              help="session: re-time training-zoo references here and scale predictions by the "
+                   "device's drift since profiling (~30 s); profile: predict as profiled.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Predicted vs measured (PNG).")
 @json_option
 @click.pass_context
 def evaluate_cmd(ctx, models, device, threads, holdout_families, batches, inputs, dtypes, runs,
-                 warmup, plot, as_json):
+                 warmup, anchor, plot, as_json):
     """Measure MODELS (default: the held-out zoo) here and compare with hwlat's predictions and
     with FLOPs and roofline baselines fitted on the same database."""
     if models and holdout_families:
@@ -42,7 +46,8 @@ def evaluate_cmd(ctx, models, device, threads, holdout_families, batches, inputs
     with open_db(ctx, readonly=True) as db:
         row = choose_device(db, device, threads=threads)
         require_this_machine(row)
-        report = evaluate(db, row.id, cases, runs=runs, warmup=warmup, progress=progress)
+        report = evaluate(db, row.id, cases, runs=runs, warmup=warmup, anchor=anchor,
+                          progress=progress)
     if plot:
         write_plot(report.plot, plot)
     if as_json:
@@ -69,6 +74,9 @@ def _inputs_for(spec: str, inputs: tuple[str, ...], batch: int) -> tuple[str, ..
     return tuple(str(s.with_batch(batch)) for s in specs)
 
 
+SUMMARY_LABELS = {"flops": "FLOPs-linear", "hwlat_profile_anchor": "hwlat, profile anchor"}
+
+
 def show(report: EvalReport) -> None:
     dtypes = {r.dtype for r in report.rows}
     table = Table(title=f"predicted vs measured on {report.device}")
@@ -89,10 +97,15 @@ def show(report: EvalReport) -> None:
     summary = Table("predictor", "MAPE", "median APE", "within 5%", "within 10%", "within 20%",
                     "Spearman", title=f"summary over {len(report.rows)} models")
     for name, m in report.summary.items():
-        summary.add_row(name, f"{m['mape_pct']:.1f}%", f"{m['median_ape_pct']:.1f}%",
+        summary.add_row(SUMMARY_LABELS.get(name, name), f"{m['mape_pct']:.1f}%", f"{m['median_ape_pct']:.1f}%",
                         f"{m['within_5pct']:.0%}", f"{m['within_10pct']:.0%}",
                         f"{m['within_20pct']:.0%}", f"{m['spearman']:.3f}")
     stdout.print(summary)
+    if report.drift:
+        d = report.drift
+        stdout.print(f"anchor: {len(d.references)} training-zoo references run x{d.ratio:.3f} "
+                     f"(IQR {d.q25:.3f}-{d.q75:.3f}) of their profiled time in this session; "
+                     "hwlat and the baselines are scaled by it")
     stdout.print(f"interval coverage: {report.interval_coverage:.0%} of measured medians inside "
                  f"the predicted 80% interval")
     for note in report.notes:
