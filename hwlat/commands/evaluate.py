@@ -26,10 +26,11 @@ from predictor.evaluate import EvalCase, EvalReport, evaluate, zoo_cases
 @click.option("--runs", default=30, show_default=True, type=click.IntRange(min=30),
               help="Timed runs per model (median reported).")
 @click.option("--warmup", default=5, show_default=True, type=click.IntRange(min=1))
-@click.option("--anchor", type=click.Choice(["session", "profile"]), default="session",
+@click.option("--anchor", type=click.Choice(["profile", "session"]), default="profile",
               show_default=True,
-              help="session: re-time training-zoo references here and scale predictions by the "
-                   "device's drift since profiling (~30 s); profile: predict as profiled.")
+              help="profile: predict as profiled; session: also re-time training-zoo references "
+                   "here (~30 s), report the device's drift since profiling and scale every "
+                   "predictor by it (the profile-anchored numbers are kept beside).")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Predicted vs measured (PNG).")
 @json_option
 @click.pass_context
