@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -168,6 +169,22 @@ def tensors_in(value: Any) -> list[TensorSpec]:
     return []
 
 
+def _with_first_tensor(value: Any, fn: Callable[[TensorSpec], TensorSpec], done: list[bool]) -> Any:
+    """`value` with `fn` applied to its first TensorSpec of two or more dims (in order)."""
+    if done[0]:
+        return value
+    if isinstance(value, TensorSpec):
+        if len(value.shape) >= 2:
+            done[0] = True
+            return fn(value)
+        return value
+    if isinstance(value, list | tuple):
+        return type(value)(_with_first_tensor(v, fn, done) for v in value)
+    if isinstance(value, dict):
+        return {k: _with_first_tensor(v, fn, done) for k, v in value.items()}
+    return value
+
+
 @dataclass(frozen=True)
 class OpRecord:
     """One aten op call as captured: `op` is the overload name, e.g. "aten.convolution.default"."""
@@ -195,6 +212,29 @@ class OpRecord:
     def key(self) -> str:
         """Stable id of the config: the same op with the same argument specs has the same key."""
         return hashlib.sha1(self.config_json.encode()).hexdigest()[:20]
+
+    @cached_property
+    def batch_key(self) -> tuple[str, int] | None:
+        """(key of the config with its batch left open, the batch): the same op at another batch
+        size has the same batch key. The batch is dim 0 of the first input of two or more dims
+        (a conv's or a linear layer's activation, mm's rows) and of every output; None when the
+        outputs do not share it."""
+        firsts = [t for t in self.inputs if len(t.shape) >= 2]
+        if not firsts or not self.outputs:
+            return None
+        n = firsts[0].shape[0]
+        if n < 1 or any(not o.shape or o.shape[0] != n for o in self.outputs):
+            return None
+
+        def open_batch(t: TensorSpec) -> TensorSpec:
+            return replace(t, shape=(-1, *t.shape[1:]))
+
+        args = _with_first_tensor(list(self.args), open_batch, done := [False])
+        kwargs = _with_first_tensor(self.kwargs, open_batch, done)
+        body = {"op": self.op, "args": encode(args), "kwargs": encode(kwargs),
+                "outputs": encode([open_batch(o) for o in self.outputs])}
+        text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha1(text.encode()).hexdigest()[:20], n
 
     @property
     def dtype(self) -> str:

@@ -47,3 +47,24 @@ def test_memory_format_and_sizes():
 def test_torch_values_encode_and_decode():
     values = [torch.float16, torch.channels_last, torch.device("cpu"), float("inf"), {"a": 1}]
     assert decode(encode(values)) == values
+
+
+def _conv_at(batch: int, cout: int = 16):
+    from profilers.capture import capture
+    from profilers.specs import InputSpec
+
+    module = torch.nn.Sequential(torch.nn.Conv2d(8, cout, 3, padding=1), torch.nn.ReLU())
+    return capture(module.eval(), [InputSpec((batch, 8, 12, 12))])
+
+
+def test_batch_key_is_shared_across_batch_sizes_only():
+    conv2, relu2 = _conv_at(2)
+    conv8, relu8 = _conv_at(8)
+    assert conv2.batch_key == (conv8.batch_key[0], 2) and conv8.batch_key[1] == 8
+    assert relu2.batch_key[0] == relu8.batch_key[0] != conv2.batch_key[0]
+    assert conv2.key != conv8.key  # the batch stays part of what is timed
+    assert _conv_at(2, cout=24)[0].batch_key[0] != conv2.batch_key[0]
+    # an op whose output does not keep the batch has none
+    t = TensorSpec((4, 6), (6, 1), "float32")
+    total = OpRecord("aten.sum.default", (t,), {}, (TensorSpec((), (), "float32"),))
+    assert total.batch_key is None

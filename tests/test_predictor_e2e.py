@@ -106,6 +106,25 @@ def test_weight_reload_term_counts_every_weight_read_at_the_copy_bandwidth(db_pa
     assert sum(p.per_family.values()) == pytest.approx(p.p50_ms)
 
 
+def test_a_config_measured_at_two_batch_sizes_is_interpolated_between_them(tmp_path,
+                                                                            training_records):
+    def conv_at(batch):
+        return [r for r in capture_spec("torchvision:resnet18", inputs=[f"{batch}x3x32x32"]).ops
+                if r.op == "aten.conv2d.default"][3]
+
+    c1, c4, c8, c16 = conv_at(1), conv_at(4), conv_at(8), conv_at(16)
+    path = tmp_path / "k.db"
+    with KernelDB.open(path) as db:
+        db.upsert_device({"t": 1}, device_id="dev1", kind="cpu", threads=1, peaks=PEAKS)
+        add_measured(db, training_records + [c1, c8])
+        pred = Predictor.for_device(db, "dev1", cache_dir=tmp_path / "c")
+    pred.estimate_ops([c4, c16])
+    t1, t8 = synthetic_s(c1), synthetic_s(c8)
+    assert pred._cache[c4.key].source == "interpolated"
+    assert pred._cache[c4.key].p50_s == pytest.approx(t1 + (t8 - t1) * 3 / 7)
+    assert pred._cache[c16.key].source == "model"  # beyond the measured range: not extrapolated
+
+
 def test_exact_measured_config_wins_over_the_model(db_path, tmp_path, resnet):
     conv = max((r for r in resnet.ops if ops.family_of(r.op) == "conv"), key=synthetic_s)
     with KernelDB.open(db_path) as src, KernelDB.open(tmp_path / "k.db") as db:
