@@ -4,7 +4,7 @@ For each (rate, batching window): a real load test (profilers.loadtest.run_load,
 `hwlat bench --rate`) and the advisor's simulator on the same Poisson arrivals (same seed), fed
 with (a) the predictor's latency-vs-batch curve, (b) a batch curve measured beforehand with the
 bench harness (noise = measured batch-1 spread): two interleaved passes over the batch sizes,
-the median of both per size, so that one disturbed pass does not skew the curve (a single pass
+the mean of both per size, so that one disturbed pass does not skew the curve (a single pass
 once measured batch 4 at 110 ms where the server's own batches of 4 took 92 ms).
 """
 import json
@@ -47,7 +47,7 @@ for _ in range(2):
         passes[b].append(s.p50)
         if b == 1 and not noise:
             noise = tuple(v / s.p50 for v in s.samples_s)
-measured = {b: statistics.median(v) for b, v in passes.items()}
+measured = {b: statistics.mean(v) for b, v in passes.items()}
 print("curve ms predicted", {b: round(v * 1e3, 2) for b, v in predicted.items()})
 print("curve ms measured ", {b: round(v * 1e3, 2) for b, v in measured.items()})
 service = measured[1]

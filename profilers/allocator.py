@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import platform
 
@@ -32,6 +33,7 @@ _TRIM_THRESHOLD = 2**31 - 1
 _applied: str | None = None
 
 
+@functools.cache
 def _glibc() -> ctypes.CDLL | None:
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return None

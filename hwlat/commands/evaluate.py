@@ -98,7 +98,8 @@ def show(report: EvalReport) -> None:
     summary = Table("predictor", "MAPE", "median APE", "within 5%", "within 10%", "within 20%",
                     "Spearman", title=f"summary over {len(report.rows)} models")
     for name, m in report.summary.items():
-        summary.add_row(SUMMARY_LABELS.get(name, name), f"{m['mape_pct']:.1f}%", f"{m['median_ape_pct']:.1f}%",
+        summary.add_row(SUMMARY_LABELS.get(name, name), f"{m['mape_pct']:.1f}%",
+                        f"{m['median_ape_pct']:.1f}%",
                         f"{m['within_5pct']:.0%}", f"{m['within_10pct']:.0%}",
                         f"{m['within_20pct']:.0%}", f"{m['spearman']:.3f}")
     stdout.print(summary)
