@@ -29,7 +29,7 @@ SOURCES = ("measured", "interpolated", "model", "free", "fallback")
 CORRECTION_CACHE = "e2e_fit"
 # per_family entries that are correction terms, not op families
 CORRECTION_TERMS = ("op_overhead", "memory_traffic", "weight_reload")
-CORRECTION_VERSION = 3  # bump when ModelRow or the correction formula changes
+CORRECTION_VERSION = 4  # bump when ModelRow or the correction formula changes
 ProgressFn = Callable[[str], None]
 
 

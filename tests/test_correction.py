@@ -65,3 +65,35 @@ def test_lofo_reports_held_out_error_against_the_plain_sum():
 def test_no_rows_means_plain_sum_and_says_so():
     c = fit_correction([])
     assert c == Correction() and "no end-to-end" in c.note
+
+
+def test_interval_band_comes_from_held_out_families_not_the_fit_itself():
+    """A family the others do not explain widens the band; an in-sample fit would absorb it."""
+    rng = np.random.default_rng(0)
+    out = []
+    for i in range(24):
+        s, n, t = 0.002 + 0.002 * i, 50 + 10 * i, 0.001 * (i % 5)
+        family = f"fam{i % 6}"
+        y = (1.1 * s + 5e-6 * n + 0.3 * t) * (1.12 if family == "fam0" else 1.0)
+        y *= 1 + rng.normal(0, 0.005)
+        out.append(ModelRow(f"m{i}", family, (), y, s, n, 1e9, s / 3, 1.0, traffic_s=t))
+    fit = fit_correction(out)
+    in_sample = np.log([r.measured_s / fit.of(r) for r in out])
+    assert fit.resid_hi > np.percentile(in_sample, 90) + 0.01
+    assert fit.resid_lo <= 0.0 <= fit.resid_hi
+
+
+def test_terms_that_do_not_help_held_out_families_are_left_out():
+    """Latency that is a plain multiple of the op sum: extra terms only fit the noise."""
+    rng = np.random.default_rng(1)
+    out = [ModelRow(f"m{i}", f"fam{i}", (), 1.1 * s * (1 + rng.normal(0, 0.02)), s, n, 1e9,
+                    s / 3, 1.0, traffic_s=t, weights_s=w)
+           for i, (s, n, t, w) in enumerate(zip(rng.uniform(0.002, 0.05, 6),
+                                                rng.integers(30, 400, 6),
+                                                rng.uniform(0, 0.01, 6), rng.uniform(0, 0.004, 6),
+                                                strict=True))]
+    fit = fit_correction(out)
+    assert fit.terms == (0,)
+    assert fit.coefficients[1:] == (0.0, 0.0, 0.0)
+    assert fit.a == pytest.approx(1.1, rel=0.03)
+    assert "left out" in fit.note and "weight re-read" in fit.note
