@@ -197,7 +197,7 @@ def measure_models(db: KernelDB, device_id: str, run_id: str, settings: ProfileS
                    deadline: _Deadline, threads: int, *, share_s: float,
                    progress: ProgressFn | None = None) -> int:
     """End-to-end latency of the training zoo's cases that this device has no measurement of."""
-    from profilers.modelbench import time_forward
+    from profilers.modelbench import time_forward_isolated
 
     have = {(m.model, m.settings_key) for m in db.model_measurements(device_id, kind="e2e")}
     stop_at = deadline.used() + share_s
@@ -211,8 +211,9 @@ def measure_models(db: KernelDB, device_id: str, run_id: str, settings: ProfileS
                 return done
             if progress:
                 progress(f"end-to-end {case.label}", deadline.fraction())
-            samples = time_forward(case.spec, list(case.inputs), dtype=dtype, device=settings.device,
-                                   max_time_s=min(5.0, max(1.0, deadline.left() / 4)))
+            samples = time_forward_isolated(case.spec, list(case.inputs), threads=threads,
+                                            dtype=dtype, device=settings.device,
+                                            max_time_s=min(5.0, max(1.0, deadline.left() / 4)))
             db.add_model_measurement(device_id, case.spec, case.family, key, samples,
                                      run_id=run_id)
             done += 1

@@ -61,13 +61,13 @@ def time_model(spec: str, inputs: Sequence[str], runs: int = 30, warmup: int = 5
                threads: int | None = None, device: str = "cpu",
                dtype: str = "float32") -> list[float]:
     """Seconds per forward pass: at least `runs` timed calls after `warmup`, with the same
-    harness as the profile's end-to-end measurements (the correction is fitted on those)."""
-    from profilers.modelbench import time_forward
-    from profilers.timer import thread_count
+    harness as the profile's end-to-end measurements (the correction is fitted on those), each
+    model in a fresh child process like them."""
+    from profilers.modelbench import time_forward_isolated
 
-    with thread_count(threads):
-        return time_forward(spec, list(inputs) or None, dtype=dtype, device=device,
-                            min_runs=runs, warmup=warmup, max_time_s=float("inf"))
+    return time_forward_isolated(spec, list(inputs) or None, threads=threads, dtype=dtype,
+                                 device=device, min_runs=runs, warmup=warmup,
+                                 max_time_s=float("inf"))
 
 
 # ---------------------------------------------------------------------------------- metrics

@@ -349,21 +349,34 @@ def prepare(spec: str, inputs: list[str] | None = None, *, batch: int | None = N
 
 def time_forward(spec: str, inputs: list[str] | None = None, *, batch: int | None = None,
                  dtype: str = "float32", device: str = "cpu", min_runs: int = 5,
-                 warmup: int = 2, max_time_s: float = 3.0) -> list[float]:
-    """Raw end-to-end forward latencies (seconds) of a model spec, as deployed (inference mode).
+                 warmup: int = 2, max_time_s: float = 3.0,
+                 threads: int | None = None) -> list[float]:
+    """Raw end-to-end forward latencies (seconds) of a model spec, as deployed (inference mode),
+    in this process (`threads`: torch's intra-op threads, None leaves them as they are).
 
     No cache flush: a model's ops already evict each other, which is what it measures.
     """
     from profilers.clocks import clock_for
-    from profilers.timer import measure
+    from profilers.timer import measure, thread_count
 
-    model, args = prepare(spec, inputs, batch=batch, dtype=dtype, device=device)
+    with thread_count(threads):
+        model, args = prepare(spec, inputs, batch=batch, dtype=dtype, device=device)
 
-    def forward() -> None:
-        with torch.inference_mode():
-            model(*args)
+        def forward() -> None:
+            with torch.inference_mode():
+                model(*args)
 
-    m = measure(forward, clock=clock_for(device), warmup=warmup, min_reps=min_runs,
-                max_reps=max(min_runs, 200), max_time_s=max_time_s, rel_tol=0.01,
-                device=device.split(":")[0], label=spec)
+        m = measure(forward, clock=clock_for(device), warmup=warmup, min_reps=min_runs,
+                    max_reps=max(min_runs, 200), max_time_s=max_time_s, rel_tol=0.01,
+                    device=device.split(":")[0], label=spec)
     return list(m.samples_s)
+
+
+def time_forward_isolated(spec: str, inputs: list[str] | None = None, *,
+                          threads: int | None = None, **kw: Any) -> list[float]:
+    """`time_forward` in a fresh child process (profilers.isolate: why), at `threads` threads
+    (None: this process's current count)."""
+    from profilers import isolate
+
+    return isolate.run(time_forward, spec, inputs,
+                       threads=threads if threads is not None else torch.get_num_threads(), **kw)
