@@ -89,6 +89,7 @@ def metrics(measured: Sequence[float], predicted: Sequence[float]) -> dict[str, 
 # ----------------------------------------------------------------------------------- report
 
 
+ROUNDS = 3  # rounds each evaluated model is measured in, spread over the evaluation
 DRIFT_REFERENCES = 12  # training-zoo settings re-timed for the session anchor
 DRIFT_MAX_S = 0.15  # ... each at most this long per run, so the anchor costs ~30 s
 
@@ -156,6 +157,14 @@ class EvalRow:
     unmodelled_share: float
     dtype: str = "float32"
     predicted_profile_ms: float | None = None  # before the session anchor (None: not anchored)
+    measured_rounds_ms: list[float] = field(default_factory=list)  # the median of each round
+
+    @property
+    def round_spread_pct(self) -> float | None:
+        """(slowest - fastest round median) / measured, in %: how much the ground truth itself
+        moved while it was measured (None with one round)."""
+        r = self.measured_rounds_ms
+        return (max(r) - min(r)) / self.measured_ms * 100 if len(r) > 1 else None
 
 
 @dataclass
@@ -172,8 +181,18 @@ class EvalReport:
     def to_json(self) -> dict:
         return {"device": self.device, "runs": self.runs, "anchor": self.anchor,
                 "drift": self.drift.to_json() if self.drift else None, "summary": self.summary,
-                "interval_coverage": self.interval_coverage, "notes": self.notes,
-                "models": [asdict(r) for r in self.rows]}
+                "interval_coverage": self.interval_coverage,
+                "round_spread_pct": self.round_spread_pct(), "notes": self.notes,
+                "models": [{**asdict(r), "round_spread_pct": r.round_spread_pct}
+                           for r in self.rows]}
+
+    def round_spread_pct(self) -> dict[str, float] | None:
+        """Median and largest spread of the models' round medians, in % (None: one round)."""
+        spreads = [r.round_spread_pct for r in self.rows if r.round_spread_pct is not None]
+        if not spreads:
+            return None
+        return {"median": float(np.median(spreads)), "max": float(max(spreads)),
+                "rounds": len(self.rows[0].measured_rounds_ms)}
 
     def plot(self, path: str) -> None:
         """Predicted vs measured on log axes with the +-10% band, hwlat vs the baselines."""
@@ -214,11 +233,14 @@ def _baselines(predictor: Predictor) -> tuple[FlopsLinear | None, RooflineScaled
 
 
 def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int = 30,
-             warmup: int = 5, predictor: Predictor | None = None,
+             warmup: int = 5, rounds: int = ROUNDS, predictor: Predictor | None = None,
              measure_fn: MeasureFn | None = None, anchor: str = "profile",
              progress: ProgressFn | None = None) -> EvalReport:
     """Measure and predict every case; summary metrics for hwlat and both baselines.
 
+    Each case is timed in `rounds` rounds over all cases (runs/rounds timed runs each, after its
+    own warm-up); its measurement is the median of all its samples, and how far its round
+    medians spread is reported beside it.
     anchor: "profile" predicts from the database as it is; "session" also re-times training-zoo
     references around the evaluated models and scales every predictor by the drift (see above).
     """
@@ -235,13 +257,19 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     refs = drift_references(predictor) if anchor == "session" else []
     timed_refs = _time_references(refs[::2], measure_fn, runs, warmup, dev.threads, dev.kind,
                                   progress)
-    measured_ms = []
-    for case, cap in zip(cases, captured, strict=True):
-        if progress:
-            progress(f"measuring {case.spec} {','.join(str(i) for i in cap.inputs)}")
-        samples = measure_fn(case.spec, [str(i) for i in cap.inputs], runs, warmup, dev.threads,
-                             dev.kind, case.dtype)
-        measured_ms.append(statistics.median(samples) * 1e3)
+    rounds = max(1, min(rounds, runs))
+    samples: list[list[float]] = [[] for _ in cases]
+    round_ms: list[list[float]] = [[] for _ in cases]
+    for r in range(rounds):  # round-robin: a slow spell of the machine hits every model a bit
+        for i, (case, cap) in enumerate(zip(cases, captured, strict=True)):
+            if progress:
+                progress(f"measuring {case.spec} {','.join(str(i) for i in cap.inputs)}"
+                         + (f" (round {r + 1}/{rounds})" if rounds > 1 else ""))
+            got = measure_fn(case.spec, [str(i) for i in cap.inputs], -(-runs // rounds), warmup,
+                             dev.threads, dev.kind, case.dtype)
+            samples[i] += got
+            round_ms[i].append(statistics.median(got) * 1e3)
+    measured_ms = [statistics.median(s) * 1e3 for s in samples]
     timed_refs += _time_references(refs[1::2], measure_fn, runs, warmup, dev.threads, dev.kind,
                                    progress)
     drift = _drift(timed_refs)
@@ -251,12 +279,13 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
                      f"{DRIFT_MAX_S * 1e3:.0f} ms on this device: predictions not re-anchored")
     k = drift.ratio if drift else 1.0
     rows = []
-    for case, cap, measured in zip(cases, captured, measured_ms, strict=True):
+    for case, cap, measured, rounds_ms in zip(cases, captured, measured_ms, round_ms,
+                                              strict=True):
         pred = predictor.predict_captured(cap)
         rows.append(EvalRow(
             spec=case.spec, family=case.family or cap.family, inputs=pred.inputs,
             batch=cap.inputs[0].shape[0] if cap.inputs and cap.inputs[0].shape else None,
-            measured_ms=measured, predicted_ms=k * pred.p50_ms,
+            measured_ms=measured, measured_rounds_ms=rounds_ms, predicted_ms=k * pred.p50_ms,
             interval_ms=[k * v for v in pred.interval_ms],
             error_pct=(k * pred.p50_ms / measured - 1) * 100, flops=pred.flops,
             flops_pred_ms=k * flops_base.predict_flops(pred.flops) * 1e3 if flops_base else None,

@@ -65,7 +65,8 @@ def test_evaluate_reports_each_model_and_both_baselines(predictor, tmp_path):
 
     cases = [EvalCase(spec, SMALL) for spec in SPECS]
     report = evaluate(None, "dev1", cases, runs=30, predictor=predictor, measure_fn=fake_measure)
-    assert calls == [(s, SMALL, 30, 5, 1, "cpu", "float32") for s in SPECS]
+    # three rounds over all models, a third of the runs each
+    assert calls == [(s, SMALL, 10, 5, 1, "cpu", "float32") for _ in range(3) for s in SPECS]
     by_spec = {r.spec: r for r in report.rows}
     for spec in SPECS:
         row = by_spec[spec]
@@ -95,12 +96,13 @@ def test_session_anchor_scales_every_predictor_by_the_reference_drift(predictor)
 
     cases = [EvalCase("torchvision:shufflenet_v2_x0_5", SMALL)]
     plain = evaluate(None, "dev1", cases, predictor=predictor, measure_fn=fake_measure)
-    assert plain.anchor == "profile" and plain.drift is None and order == ["torchvision:shufflenet_v2_x0_5"]
+    assert plain.anchor == "profile" and plain.drift is None
+    assert order == ["torchvision:shufflenet_v2_x0_5"] * 3
     order.clear()
     anchored = evaluate(None, "dev1", cases, predictor=predictor, measure_fn=fake_measure,
                         anchor="session")
-    # one reference before the evaluated model, one after
-    assert order == ["torchvision:squeezenet1_1", "torchvision:shufflenet_v2_x0_5",
+    # one reference before the evaluated model's rounds, one after
+    assert order == ["torchvision:squeezenet1_1", *["torchvision:shufflenet_v2_x0_5"] * 3,
                      "torchvision:resnet18"]
     assert anchored.anchor == "session" and anchored.drift.ratio == pytest.approx(0.9)
     a, p = anchored.rows[0], plain.rows[0]
@@ -113,6 +115,27 @@ def test_session_anchor_scales_every_predictor_by_the_reference_drift(predictor)
     assert data["drift"]["n"] == 2 and data["drift"]["references"][0]["then_ms"] == 2.0
     with pytest.raises(ValueError):
         evaluate(None, "dev1", cases, predictor=predictor, measure_fn=fake_measure, anchor="x")
+
+
+def test_a_slow_spell_in_one_round_moves_the_measurement_little_and_is_reported(predictor):
+    factors = iter([1.0, 1.0, 1.3, 1.3, 1.0, 1.0])  # round 2 ran 30% slow, for both models
+
+    def fake_measure(spec, inputs, runs, warmup, threads, device, dtype):
+        return [0.004 * next(factors)] * runs
+
+    report = evaluate(None, "dev1", [EvalCase(spec, SMALL) for spec in SPECS], runs=30,
+                      predictor=predictor, measure_fn=fake_measure)
+    for row in report.rows:
+        assert row.measured_rounds_ms == pytest.approx([4.0, 5.2, 4.0])
+        assert row.measured_ms == pytest.approx(4.0)  # the median of all 30 samples
+        assert row.round_spread_pct == pytest.approx(30.0)
+    assert report.round_spread_pct() == {"median": pytest.approx(30.0), "max": pytest.approx(30.0),
+                                         "rounds": 3}
+    data = json.loads(json.dumps(report.to_json()))
+    assert data["models"][0]["round_spread_pct"] == pytest.approx(30.0)
+    single = evaluate(None, "dev1", [EvalCase(SPECS[0], SMALL)], rounds=1, predictor=predictor,
+                      measure_fn=lambda *a: [0.004] * a[2])
+    assert single.rows[0].round_spread_pct is None and single.round_spread_pct() is None
 
 
 def test_time_model_times_a_real_model_and_restores_threads():

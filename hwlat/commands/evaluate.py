@@ -8,7 +8,7 @@ from rich.table import Table
 from hwlat.commands.common import json_option, open_db, parse_inputs, write_plot
 from hwlat.output import emit_json, stderr, stdout
 from predictor.devices import choose_device, require_this_machine
-from predictor.evaluate import EvalCase, EvalReport, evaluate, zoo_cases
+from predictor.evaluate import ROUNDS, EvalCase, EvalReport, evaluate, zoo_cases
 
 
 @click.command("evaluate")
@@ -26,6 +26,10 @@ from predictor.evaluate import EvalCase, EvalReport, evaluate, zoo_cases
 @click.option("--runs", default=30, show_default=True, type=click.IntRange(min=30),
               help="Timed runs per model (median reported).")
 @click.option("--warmup", default=5, show_default=True, type=click.IntRange(min=1))
+@click.option("--rounds", default=ROUNDS, show_default=True, type=click.IntRange(min=1),
+              help="Measure every model in this many rounds spread over the evaluation "
+                   "(runs split between them): a slow spell of the machine then hits every "
+                   "model a little instead of a few a lot.")
 @click.option("--anchor", type=click.Choice(["profile", "session"]), default="profile",
               show_default=True,
               help="profile: predict as profiled; session: also re-time training-zoo references "
@@ -35,7 +39,7 @@ from predictor.evaluate import EvalCase, EvalReport, evaluate, zoo_cases
 @json_option
 @click.pass_context
 def evaluate_cmd(ctx, models, device, threads, holdout_families, batches, inputs, dtypes, runs,
-                 warmup, anchor, plot, as_json):
+                 warmup, rounds, anchor, plot, as_json):
     """Measure MODELS (default: the held-out zoo) here and compare with hwlat's predictions and
     with FLOPs and roofline baselines fitted on the same database."""
     if models and holdout_families:
@@ -47,8 +51,8 @@ def evaluate_cmd(ctx, models, device, threads, holdout_families, batches, inputs
     with open_db(ctx, readonly=True) as db:
         row = choose_device(db, device, threads=threads)
         require_this_machine(row)
-        report = evaluate(db, row.id, cases, runs=runs, warmup=warmup, anchor=anchor,
-                          progress=progress)
+        report = evaluate(db, row.id, cases, runs=runs, warmup=warmup, rounds=rounds,
+                          anchor=anchor, progress=progress)
     if plot:
         write_plot(report.plot, plot)
     if as_json:
@@ -110,5 +114,10 @@ def show(report: EvalReport) -> None:
                      "hwlat and the baselines are scaled by it")
     stdout.print(f"interval coverage: {report.interval_coverage:.0%} of measured medians inside "
                  f"the predicted 80% interval")
+    spread = report.round_spread_pct()
+    if spread:
+        stdout.print(f"ground truth: each model measured in {spread['rounds']} rounds; their "
+                     f"medians differ by {spread['median']:.1f}% (median over models, largest "
+                     f"{spread['max']:.1f}%), the noise of the measurement itself")
     for note in report.notes:
         stdout.print(f"[dim]{note}[/]")
