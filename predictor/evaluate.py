@@ -1,10 +1,11 @@
 """Model-level validation: measure models for real on this machine, predict them, compare.
 
-Each case is timed (median of >= 30 runs after warm-up, at the device's thread count) and
-predicted; the same cases are predicted by a FLOPs-linear and a roofline baseline fitted on the
-same database, so the report says how much hwlat adds over the obvious proxies. Real
-measurements are NOT written to the database: the schema only allows model measurements of
-kind e2e/bench/load, and storing them as e2e would leak evaluation data into the correction fit.
+Each case is timed (median of >= 30 runs after warm-up, at the device's thread count, in a
+fresh child process, in three rounds spread over the evaluation) and predicted; the same cases
+are predicted by a FLOPs-linear and a roofline baseline fitted on the same database, so the
+report says how much hwlat adds over the obvious proxies. Real measurements are NOT written
+to the database: the schema only allows model measurements of kind e2e/bench/load, and storing
+them as e2e would leak evaluation data into the correction fit.
 
 Anchoring. The shared development VM ran the same 52 held-out settings at a median 0.966x,
 then 1.08x, the speed of an earlier session (three evaluations within 80 minutes): the device's
@@ -238,9 +239,9 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
              progress: ProgressFn | None = None) -> EvalReport:
     """Measure and predict every case; summary metrics for hwlat and both baselines.
 
-    Each case is timed in `rounds` rounds over all cases (runs/rounds timed runs each, after its
-    own warm-up); its measurement is the median of all its samples, and how far its round
-    medians spread is reported beside it.
+    Each case is timed in `rounds` rounds over all cases (at least runs/rounds timed runs each,
+    after its own warm-up); its measurement is the median of its round medians, and how far
+    those spread is reported beside it.
     anchor: "profile" predicts from the database as it is; "session" also re-times training-zoo
     references around the evaluated models and scales every predictor by the drift (see above).
     """
@@ -258,7 +259,6 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     timed_refs = _time_references(refs[::2], measure_fn, runs, warmup, dev.threads, dev.kind,
                                   progress)
     rounds = max(1, min(rounds, runs))
-    samples: list[list[float]] = [[] for _ in cases]
     round_ms: list[list[float]] = [[] for _ in cases]
     for r in range(rounds):  # round-robin: a slow spell of the machine hits every model a bit
         for i, (case, cap) in enumerate(zip(cases, captured, strict=True)):
@@ -267,9 +267,10 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
                          + (f" (round {r + 1}/{rounds})" if rounds > 1 else ""))
             got = measure_fn(case.spec, [str(i) for i in cap.inputs], -(-runs // rounds), warmup,
                              dev.threads, dev.kind, case.dtype)
-            samples[i] += got
             round_ms[i].append(statistics.median(got) * 1e3)
-    measured_ms = [statistics.median(s) * 1e3 for s in samples]
+    # each round counts once: a round that ran into a slow spell is noisy, takes more samples
+    # before its median is stable, and would dominate a median over all samples
+    measured_ms = [statistics.median(r) for r in round_ms]
     timed_refs += _time_references(refs[1::2], measure_fn, runs, warmup, dev.threads, dev.kind,
                                    progress)
     drift = _drift(timed_refs)

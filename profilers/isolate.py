@@ -36,7 +36,7 @@ PRELOAD = ("torch", "torchvision", "profilers.modelbench")
 T = TypeVar("T")
 _HEADER = struct.Struct("<Q")
 
-_templates: dict[int, subprocess.Popen] = {}
+_template: subprocess.Popen | None = None
 
 
 def enabled() -> bool:
@@ -87,24 +87,24 @@ def _stop_template(process: subprocess.Popen) -> None:
             process.kill()
 
 
-def run(fn: Callable[..., T], *args: Any, template: int = 0, **kwargs: Any) -> T:
-    """`fn(*args, **kwargs)` in a fresh child process (in this one with `HWLAT_ISOLATE=0`),
-    forked from template number `template` (each template is a separate process).
+def run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`fn(*args, **kwargs)` in a fresh child process (in this one with `HWLAT_ISOLATE=0`).
 
     `fn` must be a module-level function and its arguments and result picklable. A domain error
     in the child is raised here as the same `HwlatError`; a child that dies is a `BenchError`.
     """
     if not enabled():
         return fn(*args, **kwargs)
-    process = _templates.get(template)
+    global _template
+    process = _template
     if process is None or process.poll() is not None:
-        process = _templates[template] = _start_template()
+        process = _template = _start_template()
     sys.stderr.flush()
     try:
         _write(process.stdin, (fn, args, kwargs))  # type: ignore[arg-type]
         result = _read(process.stdout)  # type: ignore[arg-type]
     except (EOFError, BrokenPipeError, OSError):
-        _templates.pop(template, None)
+        _template = None
         raise BenchError(f"the process that measures models stopped unexpectedly; set {ENV}=0 "
                          "to measure in this process instead") from None
     if result[0] == "ok":
@@ -114,12 +114,6 @@ def run(fn: Callable[..., T], *args: Any, template: int = 0, **kwargs: Any) -> T
                          "try a smaller batch")
     _reraise(*result[1:])
     raise AssertionError("unreachable")
-
-
-def run_spread(fn: Callable[..., T], processes: int, *args: Any, **kwargs: Any) -> list[T]:
-    """`run` once in each of `processes` templates: children of different processes, whose
-    memory layouts (ASLR) differ, as separately started servers' would."""
-    return [run(fn, *args, template=i, **kwargs) for i in range(max(1, processes))]
 
 
 def _reraise(module: str, name: str, message: str, trace: str) -> None:
