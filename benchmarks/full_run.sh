@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The measurements behind the closing notes, in one sequential run on a quiet machine.
-# Usage: benchmarks/full_run.sh OUTDIR   (about 50 minutes on the 2-core dev machine)
+# Usage: benchmarks/full_run.sh OUTDIR   (about an hour on the 2-core dev machine)
 set -uo pipefail
 OUT=${1:-/tmp/hwlat-full}
 mkdir -p "$OUT"
