@@ -40,7 +40,9 @@ _template: subprocess.Popen | None = None
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    """On unless `HWLAT_ISOLATE=0`, or where processes cannot fork (Windows)."""
+    return (hasattr(os, "fork")
+            and os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off"))
 
 
 # ------------------------------------------------------------------------------- framing
