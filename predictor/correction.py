@@ -4,8 +4,8 @@ DESIGN.md: with cache-flushed op timings, the plain sum lands within ~5% MAPE an
 per-op overhead term is all the correction needed (per-family terms overfit). So the model is
 `total = a * sum_ops + n_timed_ops * overhead`, fitted on the device's end-to-end measurements
 by least squares on relative error (every model counts the same, whatever its size). The
-residuals of leave-one-family-out fits, as log ratios, calibrate the interval. Leave-one-family-out CV over the
-measured models says whether the correction helps at all; it is reported, not assumed.
+residuals of leave-one-family-out fits, as log ratios, calibrate the interval; the same
+leave-one-family-out CV says whether the correction helps at all, and is reported.
 
 Measured here (AMD EPYC, 1 thread, 59 zoo settings, 52 held-out settings): ops timed with an
 L2-sized flush still find their weights and inputs in L3, while inside a model they are often
@@ -24,9 +24,9 @@ out MAPE over the 59 zoo settings 5.3% -> 3.4%; on the 52 held-out settings of `
 MAPE 5.2% -> 5.0% and 87% -> 92% within 10%.
 
 Which terms are fitted is decided by the data: every subset of the three optional terms is
-scored by leave-one-family-out error and a term stays only if it lowers that error (`select_terms`),
-so a quick profile of five models gets a one- or two-term correction, not four coefficients
-fitted to five points.
+scored by leave-one-family-out error and a term stays only if it lowers that error
+(`select_terms`). On the dev VM all four passed both for the 59-setting zoo and for quickstart's
+10 settings (leave-one-family-out MAPE 4.6%); synthetic data with no such effects keeps `a` alone.
 """
 
 from __future__ import annotations
@@ -190,9 +190,8 @@ def select_terms(rows: Sequence[ModelRow]) -> tuple[tuple[int, ...], list[float]
     """The terms whose fit predicts held-out families best, and those held-out predictions.
 
     Every subset of the optional terms (with `a` always in) is scored by leave-one-family-out
-    MAPE; a subset with more terms must win by `MIN_GAIN` to be chosen. A 5-model quick profile
-    cannot support four coefficients (on the dev VM all four were fitted to 5 rows and predicted
-    4 unseen models at 8.1% MAPE where a FLOPs line managed 6.6%); a 59-model zoo can.
+    MAPE; a subset with more terms must win by `MIN_GAIN` to be chosen, so a term that only fits
+    the noise of a few models is left out rather than extrapolated to unseen ones.
     """
     optional = range(1, N_TERMS)
     candidates = [(0, *c) for k in range(N_TERMS) for c in itertools.combinations(optional, k)]
