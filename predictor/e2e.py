@@ -241,12 +241,14 @@ class Predictor:
         nbytes = ops.bytes_of(record)
         return nbytes / self._bytes_per_s if nbytes > self._llc_bytes else 0.0
 
-    def _weights_s(self, timed: list[tuple[OpRecord, OpEstimate]]) -> float:
+    def _weights_s(self, timed: list[tuple[OpRecord, OpEstimate]],
+                   op_bytes: Sequence[float]) -> float:
         """Weight bytes a forward pass re-reads from DRAM, at the copy bandwidth: the parameters
         and buffers of timed ops that read them whole (not gathers such as embeddings) and
-        whose timing does not already stream from DRAM (ops larger than the LLC)."""
-        nbytes = sum(r.weight_bytes for r, e in timed
-                     if e.family != "data" and ops.bytes_of(r) <= self._llc_bytes)
+        whose timing does not already stream from DRAM (ops larger than the LLC).
+        `op_bytes`: each timed op's `ops.bytes_of`."""
+        nbytes = sum(r.weight_bytes for (r, e), b in zip(timed, op_bytes, strict=True)
+                     if e.family != "data" and b <= self._llc_bytes)
         return nbytes / self._bytes_per_s
 
     # ---------------------------------------------------------------------------- assembling
@@ -259,8 +261,9 @@ class Predictor:
             _raise_if_unmodelled(records, est)
         timed = [(r, e) for r, e in zip(records, est, strict=True) if e.source != "free"]
         sum_s = sum(e.p50_s for _, e in timed)
-        traffic_s = sum(ops.bytes_of(r) for r, _ in timed) / self._bytes_per_s
-        weights_s = self._weights_s(timed)
+        op_bytes = [ops.bytes_of(r) for r, _ in timed]
+        traffic_s = sum(op_bytes) / self._bytes_per_s
+        weights_s = self._weights_s(timed, op_bytes)
         total_s = correction.apply(sum_s, len(timed), traffic_s, weights_s)
         lo_s, hi_s = self._interval(total_s, sum_s, [e for _, e in timed], correction)
         per_family: dict[str, float] = defaultdict(float)

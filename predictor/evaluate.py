@@ -263,7 +263,7 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     for r in range(rounds):  # round-robin: a slow spell of the machine hits every model a bit
         for i, (case, cap) in enumerate(zip(cases, captured, strict=True)):
             if progress:
-                progress(f"measuring {case.spec} {','.join(str(i) for i in cap.inputs)}"
+                progress(f"measuring {case.spec} {','.join(str(x) for x in cap.inputs)}"
                          + (f" (round {r + 1}/{rounds})" if rounds > 1 else ""))
             got = measure_fn(case.spec, [str(i) for i in cap.inputs], -(-runs // rounds), warmup,
                              dev.threads, dev.kind, case.dtype)

@@ -48,10 +48,13 @@ def enabled() -> bool:
 # ------------------------------------------------------------------------------- framing
 
 
-def _write(stream: BinaryIO, value: Any) -> None:
-    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+def _write_bytes(stream: BinaryIO, data: bytes) -> None:
     stream.write(_HEADER.pack(len(data)) + data)
     stream.flush()
+
+
+def _write(stream: BinaryIO, value: Any) -> None:
+    _write_bytes(stream, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def _read_bytes(stream: BinaryIO) -> bytes:
@@ -105,10 +108,14 @@ def run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     try:
         _write(process.stdin, (fn, args, kwargs))  # type: ignore[arg-type]
         result = _read(process.stdout)  # type: ignore[arg-type]
-    except (EOFError, BrokenPipeError, OSError):
+    except (EOFError, OSError):
         _template = None
         raise BenchError(f"the process that measures models stopped unexpectedly; set {ENV}=0 "
                          "to measure in this process instead") from None
+    except BaseException:  # interrupted mid-reply: the channel is out of step, start afresh
+        _template = None
+        process.kill()
+        raise
     if result[0] == "ok":
         return result[1]
     if result[0] == "died":
@@ -137,8 +144,8 @@ def _reraise(module: str, name: str, message: str, trace: str) -> None:
 def _serve(requests: BinaryIO, replies: BinaryIO) -> None:
     """Fork one child per request; the child runs it and pipes the pickled outcome back.
 
-    The request is unpickled in the child, so whatever it imports (a user's model file) never
-    enters the template."""
+    The template only passes bytes along: request and outcome are unpickled in the child and the
+    parent, so whatever they import (a user's model file) never enters the template."""
     while True:
         try:
             request = _read_bytes(requests)
@@ -154,30 +161,38 @@ def _serve(requests: BinaryIO, replies: BinaryIO) -> None:
                 fn, args, kwargs = pickle.loads(request)
                 outcome: tuple = ("ok", fn(*args, **kwargs))
             except BaseException as e:  # noqa: BLE001 - every outcome goes back to the parent
-                cls = type(e)
-                outcome = ("error", cls.__module__, cls.__qualname__, str(e),
-                           "".join(traceback.format_exception(e)))
+                outcome = _error(e)
             try:
+                try:
+                    data = pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
+                except Exception as e:  # noqa: BLE001 - a result that cannot travel
+                    data = pickle.dumps(_error(e), protocol=pickle.HIGHEST_PROTOCOL)
                 with os.fdopen(write_fd, "wb") as out:
-                    _write(out, outcome)
+                    _write_bytes(out, data)
             except BaseException:  # noqa: BLE001
                 code = 1
             os._exit(code)
         os.close(write_fd)
         with os.fdopen(read_fd, "rb") as child_out:
             try:
-                outcome = _read(child_out)
+                reply = _read_bytes(child_out)
             except EOFError:
-                outcome = None
+                reply = None
         _, status = os.waitpid(pid, 0)
-        if outcome is None:
+        if reply is None:
             signal_no = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-            outcome = ("died", f"signal {signal_no}" if signal_no else
-                       f"exit code {os.WEXITSTATUS(status)}")
+            reply = pickle.dumps(("died", f"signal {signal_no}" if signal_no else
+                                  f"exit code {os.WEXITSTATUS(status)}"))
         try:
-            _write(replies, outcome)
+            _write_bytes(replies, reply)
         except OSError:  # the parent is gone (interrupted): nothing left to serve
             return
+
+
+def _error(e: BaseException) -> tuple:
+    cls = type(e)
+    return ("error", cls.__module__, cls.__qualname__, str(e),
+            "".join(traceback.format_exception(e)))
 
 
 def _main() -> None:

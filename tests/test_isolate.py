@@ -40,3 +40,12 @@ def test_nothing_the_child_prints_reaches_stdout(capfd):
 def test_can_be_switched_off(monkeypatch):
     monkeypatch.setenv(isolate.ENV, "0")
     assert isolate.run(os.getpid) == os.getpid()
+
+
+def test_a_result_that_cannot_be_pickled_is_an_error_not_a_death():
+    with pytest.raises(BenchError, match="(?i)pickl"):
+        isolate.run(_unpicklable)
+
+
+def _unpicklable():
+    return lambda: None

@@ -19,6 +19,7 @@ def test_budget_progress_runs_no_refresh_thread_while_work_is_timed(monkeypatch)
     assert 1 <= len(redraws) <= 3  # the first update, maybe one more, the final state
 
 
-def test_budget_progress_disabled_is_a_no_op():
+def test_budget_progress_disabled_draws_nothing(capsys):
     with output.budget_progress("profiling", enabled=False) as update:
-        update("x", 0.5)
+        update("timing x", 0.5)
+    assert capsys.readouterr() == ("", "")
