@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The measurements behind the closing notes, in one sequential run on a quiet machine.
-# Usage: benchmarks/full_run.sh OUTDIR   (about an hour on the 2-core dev machine)
+# Usage: benchmarks/full_run.sh OUTDIR   (about 100 minutes on the 2-core dev machine)
 set -uo pipefail
 OUT=${1:-/tmp/hwlat-full}
 mkdir -p "$OUT"
@@ -17,6 +17,11 @@ for T in 1 2; do
   log "evaluate threads=$T"
   $H --db "$DB" evaluate --threads $T --batch 1 --batch 8 --plot "$OUT/eval-t$T.png" --json \
       > "$OUT/eval-t$T.json" 2>> "$OUT/log.txt"
+  log "evaluate unseen architectures threads=$T"
+  $H --db "$DB" evaluate $(grep -v '^#' benchmarks/unseen_models.txt) --threads $T --batch 1 \
+      --batch 8 --plot "$OUT/unseen-t$T.png" --json > "$OUT/unseen-t$T.json" 2>> "$OUT/log.txt"
+  $H --db "$DB" evaluate $(grep -v '^#' benchmarks/unseen_timm.txt) --threads $T --batch 1 \
+      --plot "$OUT/timm-t$T.png" --json > "$OUT/timm-t$T.json" 2>> "$OUT/log.txt"
 done
 
 log "bench resnet18"

@@ -29,7 +29,8 @@ import torch
 from profilers.errors import HwlatError
 from profilers.oprecord import OpRecord, TensorSpec, tensors_in
 
-FAMILIES = ("conv", "matmul", "attention", "pool", "norm", "eltwise", "reduce", "data", "free")
+FAMILIES = ("conv", "matmul", "attention", "rnn", "pool", "norm", "eltwise", "reduce", "data",
+            "free")
 UNKNOWN = "unknown"
 
 Features = dict[str, float]
@@ -358,6 +359,41 @@ def attention_flops(record: OpRecord) -> float:
     return core + proj + ffn
 
 
+# --------------------------------------------------------------------------- rnn
+
+RNN_GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
+
+
+def _rnn_dims(record: OpRecord) -> Features:
+    """Whole recurrent layers (aten.lstm/gru/rnn_*): `.input` takes a (T, B, I) or batch-first
+    tensor, `.data` a packed (tokens, I) one with per-step batch sizes."""
+    b = bound(record)
+    base = split_op_name(record.op)[1]
+    packed = isinstance(b.get("data"), TensorSpec)
+    x = b["data"] if packed else b["input"]
+    weights = [t for t in b.get("params") or () if isinstance(t, TensorSpec) and len(t.shape) == 2]
+    gates = RNN_GATES.get(base, 1)
+    hidden = weights[0].shape[0] / gates if weights else 0.0
+    tokens = x.numel / max(x.shape[-1], 1)
+    if packed:
+        steps = float(b["batch_sizes"].shape[0]) if isinstance(b.get("batch_sizes"), TensorSpec) else tokens
+    elif len(x.shape) == 3:
+        steps = float(x.shape[1] if b.get("batch_first") else x.shape[0])
+    else:
+        steps = float(x.shape[0])  # unbatched (T, I)
+    return {"tokens": tokens, "steps": steps, "batch": tokens / max(steps, 1.0),
+            "input_size": float(x.shape[-1]), "hidden": hidden, "gates": float(gates),
+            "layers": float(b.get("num_layers") or 1), "bidirectional": float(bool(b.get("bidirectional"))),
+            "weight_numel": float(sum(t.numel for t in weights)), "packed": float(packed)}
+
+
+def rnn_flops(record: OpRecord) -> float:
+    """The gate matmuls: every token meets every weight matrix of every layer and direction once
+    (2 flops per weight); the gates' elementwise work is small beside them."""
+    f = _rnn_dims(record)
+    return 2.0 * f["tokens"] * f["weight_numel"]
+
+
 # --------------------------------------------------------------------------- pool
 
 def _pool_dims(record: OpRecord) -> Features:
@@ -645,6 +681,7 @@ def _info(family: str, **kw: Any) -> OpInfo:
         "conv": {"flops": conv_flops, "features": conv_features},
         "matmul": {"flops": matmul_flops, "features": matmul_features},
         "attention": {"flops": attention_flops, "features": _attention_dims},
+        "rnn": {"flops": rnn_flops, "features": _rnn_dims},
         "pool": {"flops": pool_flops, "features": _pool_dims},
         "norm": {"flops": norm_flops, "features": norm_features},
         "eltwise": {"flops": eltwise_flops, "features": generic_features},
@@ -678,6 +715,9 @@ def _build_registry() -> dict[str, OpInfo]:
         "_scaled_dot_product_fused_attention_overrideable _flash_attention_forward "
         "_efficient_attention_forward _native_multi_head_attention "
         "_transformer_encoder_layer_fwd", _info("attention"))
+    add(" ".join(RNN_GATES), _info("rnn"))
+    for name in RNN_GATES:  # packed sequences: the step batch sizes are values a replay lacks
+        reg[f"aten.{name}.data"] = _info("rnn", replayable=False)
     add("max_pool1d max_pool2d max_pool3d max_pool2d_with_indices max_pool3d_with_indices "
         "avg_pool1d avg_pool2d avg_pool3d adaptive_avg_pool1d adaptive_avg_pool2d "
         "adaptive_avg_pool3d _adaptive_avg_pool2d _adaptive_avg_pool3d adaptive_max_pool1d "
@@ -729,7 +769,7 @@ def _build_registry() -> dict[str, OpInfo]:
     reg["aten.where.default"] = _info("data", replayable=False)  # where(cond) is nonzero
     for name in ("aten.max.other", "aten.min.other"):  # binary max/min are elementwise
         reg[name] = _info("eltwise")
-    add("reshape flatten unflatten", _info("data", free_when=_view_possible))
+    add("reshape reshape_as flatten unflatten", _info("data", free_when=_view_possible))
     add("contiguous", _info("data", free_when=_already_contiguous))
     add("to type_as _autocast_to_reduced_precision _autocast_to_full_precision",
         _info("data", free_when=_same_tensor))
@@ -793,6 +833,8 @@ _FAMILY_FEATURES: dict[str, tuple[str, ...]] = {
     "matmul": ("batch", "M", "N", "K", "has_bias", "a_transposed", "b_transposed"),
     "attention": ("batch", "heads", "Lq", "Lk", "head_dim", "head_dim_v", "causal", "has_mask",
                   "embed_dim", "ffn_dim", "fused_layer"),
+    "rnn": ("tokens", "steps", "batch", "input_size", "hidden", "gates", "layers", "bidirectional",
+            "weight_numel", "packed"),
     "pool": ("N", "C", "D", "H", "W", "Hout", "Wout", "kernel_h", "kernel_w", "kernel_d",
              "stride_h", "stride_w", "pad_h", "pad_w", "adaptive", "is_max", "channels_last"),
     "norm": ("numel", "normalized_size", "N", "C", "groups", "has_weight", "training", "kind"),

@@ -211,6 +211,16 @@ def _attention(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bo
     return _Attention(rng.random() < 0.3), [shape, shape, shape], False
 
 
+def _rnn(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
+    kind = rng.choice((nn.LSTM, nn.LSTM, nn.GRU, nn.RNN))
+    size, hidden = rng.choice((32, 64, 128, 256, 512)), rng.choice((32, 64, 128, 256, 512))
+    steps, batch = rng.choice((4, 8, 16, 32, 64, 128)), rng.choice((1, 1, 4, 8))
+    first = rng.random() < 0.5
+    module = kind(size, hidden, num_layers=rng.choice((1, 1, 2)), batch_first=first,
+                  bidirectional=rng.random() < 0.3)
+    return module, [(batch, steps, size) if first else (steps, batch, size)], False
+
+
 def _pool(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
     c, n = _channels(rng, 16, 1024), rng.choice((1, 8))
     hw = _fit_spatial(n, c, _spatial(rng) * 2)
@@ -246,6 +256,7 @@ GENERATORS: dict[str, Callable[[random.Random], tuple[nn.Module, list[tuple[int,
     "conv": _conv,
     "matmul": _linear,
     "attention": _attention,
+    "rnn": _rnn,
     "pool": _pool,
     "norm": _norm_act,
     "eltwise": _eltwise,

@@ -126,6 +126,34 @@ def test_reshape_is_free_only_when_it_is_a_view():
     assert ops.is_free(eval_dropout)
 
 
+def test_reshape_as_is_a_reshape():
+    view = OpRecord("aten.reshape_as.default", (spec(2, 6), spec(3, 4)), outputs=(spec(3, 4),))
+    copy = OpRecord("aten.reshape_as.default", (spec(6, 2, stride=(1, 6)), spec(12)),
+                    outputs=(spec(12),))
+    assert ops.record_family(view) == "free"
+    assert ops.record_family(copy) == "data"
+
+
+@pytest.mark.parametrize("cls,gates", [(torch.nn.LSTM, 4), (torch.nn.GRU, 3), (torch.nn.RNN, 1)])
+def test_recurrent_layers_count_their_gate_matmuls(cls, gates):
+    """2 flops per weight per token per layer and direction; shapes read batch_first right."""
+    layer = cls(24, 16, num_layers=2, batch_first=True, bidirectional=True).eval()
+    records = [r for r in record_real(layer, [torch.randn(3, 5, 24)])
+               if ops.record_family(r) == "rnn"]
+    assert len(records) == 1
+    weights = (gates * 16 * 24 + gates * 16 * 16) * 2 + (gates * 16 * 32 + gates * 16 * 16) * 2
+    assert ops.flops_of(records[0]) == 2 * 15 * weights
+    f = ops.features(records[0])
+    assert list(f) == ops.feature_names("rnn")
+    assert (f["rnn.steps"], f["rnn.batch"], f["rnn.hidden"], f["rnn.gates"]) == (5, 3, 16, gates)
+    assert (f["rnn.layers"], f["rnn.bidirectional"]) == (2, 1)
+
+
+def test_packed_recurrent_layers_are_modelled_not_replayed():
+    info = ops.lookup("aten.lstm.data")
+    assert info.family == "rnn" and not info.replayable
+
+
 def test_every_reference_op_is_registered():
     ref = json.loads(REFERENCE.read_text())
     seen = set(ref["ops"]) | set(ref["ops_no_grad"])
