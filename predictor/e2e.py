@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ SOURCES = ("measured", "interpolated", "model", "free", "fallback")
 CORRECTION_CACHE = "e2e_fit"
 # per_family entries that are correction terms, not op families
 CORRECTION_TERMS = ("op_overhead", "memory_traffic", "weight_reload")
-CORRECTION_VERSION = 4  # bump when ModelRow or the correction formula changes
+CORRECTION_VERSION = 5  # bump when ModelRow or the correction formula changes
 ProgressFn = Callable[[str], None]
 
 
@@ -120,7 +121,12 @@ class Predictor:
         from profilers.specs import parse_input_spec
 
         rows = []
+        passes: dict[tuple[str, str], list] = {}  # the profile times each setting in passes
         for m in db.model_measurements(self.device.id, kind="e2e"):
+            passes.setdefault((m.model, m.settings_key), []).append(m)
+        for group in passes.values():
+            m = group[0]
+            median_s = statistics.median(g.median_s for g in group)
             inputs = [parse_input_spec(s) for s in m.settings.get("inputs", [])] or None
             if progress and (not rows or rows[-1].spec != m.model):
                 progress(f"capturing {m.model} for the end-to-end fit")
@@ -132,7 +138,7 @@ class Predictor:
                 continue  # a model that no longer loads here cannot inform the fit
             p = self._assemble(captured.ops, spec=m.model, correction=Correction())
             rows.append(ModelRow(m.model, m.family, tuple(m.settings.get("inputs", [])),
-                                 m.median_s, p.sum_ops_ms / 1e3, p.n_timed_ops, p.flops,
+                                 median_s, p.sum_ops_ms / 1e3, p.n_timed_ops, p.flops,
                                  p.roofline_ms / 1e3, p.measured_share, p.traffic_ms / 1e3,
                                  p.weights_ms / 1e3, m.settings.get("dtype", "float32")))
         return rows
