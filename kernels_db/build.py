@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kernels_db.store import KernelDB, settings_key
-from profilers import sampling, zoo
+from profilers import isolate, sampling, zoo
 from profilers.errors import HwlatError
 
 ProgressFn = Callable[[str, float], None]
@@ -196,39 +196,54 @@ def measure_configs(db: KernelDB, device_id: str, run_id: str, settings: Profile
 
 
 E2E_PASSES = 2
-"""The training zoo's end-to-end timings are taken in passes at the start and at the end of a
-profile, and a setting's reference is the median over passes: a slow spell of a shared machine
-during one pass then moves the correction fitted on them half as far. (At 2 threads here, zoo
-references timed at the start of one profile later ran 0.957x as long.)"""
+"""The training zoo's end-to-end timings are taken in two passes, at the start of a profile and
+after its op sampling, and a setting's reference is the median over passes: a slow spell of a
+shared machine during one pass then moves the correction fitted on them half as far. (At 2
+threads here, zoo references timed at the start of one profile later ran 0.957x as long.) The
+second pass needs fresh child processes (`profilers.isolate`): a process that has timed
+thousands of op configs ran BERT 3.2x slower than a new one, so without isolation the zoo is
+timed once, first."""
+E2E_SHARE = 0.25  # of the budget for both passes together (at most)
+E2E_MAX_TIME_S = 2.5  # per model and pass: most stop earlier, when their median is stable
 
 
 def measure_models(db: KernelDB, device_id: str, run_id: str, settings: ProfileSettings,
                    deadline: _Deadline, threads: int, *, share_s: float, pass_no: int = 1,
                    progress: ProgressFn | None = None) -> int:
     """End-to-end latency of the training zoo's cases with fewer than `pass_no` measurements on
-    this device (so an interrupted profile's next run fills in what is missing)."""
+    this device, the least measured first (a case pass 1 had no time for comes before a second
+    timing of another), within `share_s`; an interrupted profile's next run fills in the rest."""
     from profilers.modelbench import time_forward_isolated
 
-    have = Counter((m.model, m.settings_key) for m in db.model_measurements(device_id, kind="e2e"))
+    pending = pending_models(db, device_id, settings, threads, below=pass_no)
     stop_at = deadline.used() + share_s
     done = 0
+    for case, dtype, key in pending:
+        if deadline.used() > stop_at or deadline.left() <= 0:
+            break
+        if progress:
+            progress(f"end-to-end {case.label} (pass {pass_no}/{E2E_PASSES})", deadline.fraction())
+        samples = time_forward_isolated(case.spec, list(case.inputs), threads=threads,
+                                        dtype=dtype, device=settings.device,
+                                        max_time_s=min(E2E_MAX_TIME_S, max(1.0, deadline.left() / 4)))
+        db.add_model_measurement(device_id, case.spec, case.family, key, samples, run_id=run_id)
+        done += 1
+    return done
+
+
+def pending_models(db: KernelDB, device_id: str, settings: ProfileSettings, threads: int, *,
+                   below: int) -> list[tuple[zoo.ModelCase, str, dict]]:
+    """(case, dtype, settings) of the zoo cases with fewer than `below` end-to-end measurements,
+    the least measured first (stable: zoo order within a count)."""
+    have = Counter((m.model, m.settings_key) for m in db.model_measurements(device_id, kind="e2e"))
+    out = []
     for case in _zoo_cases(settings):
         for dtype in settings.dtypes:
             key = model_settings(case, dtype, threads, settings.device)
-            if have[(case.spec, settings_key(key))] >= pass_no:
-                continue
-            if deadline.used() > stop_at or deadline.left() <= 0:
-                return done
-            if progress:
-                progress(f"end-to-end {case.label} (pass {pass_no}/{E2E_PASSES})",
-                         deadline.fraction())
-            samples = time_forward_isolated(case.spec, list(case.inputs), threads=threads,
-                                            dtype=dtype, device=settings.device,
-                                            max_time_s=min(5.0, max(1.0, deadline.left() / 4)))
-            db.add_model_measurement(device_id, case.spec, case.family, key, samples,
-                                     run_id=run_id)
-            done += 1
-    return done
+            count = have[(case.spec, settings_key(key))]
+            if count < below:
+                out.append((count, case, dtype, key))
+    return [(case, dtype, key) for _, case, dtype, key in sorted(out, key=lambda t: t[0])]
 
 
 def model_settings(case: zoo.ModelCase, dtype: str, threads: int, device: str) -> dict:
@@ -359,14 +374,19 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
             report.planned, report.zoo_configs = plan(db, device_id, settings, progress)
             report.phases["plan_s"] = time.monotonic() - t
             flusher = CacheFlusher(_flush_bytes(fp), settings.device)
-            pass_share_s = max(5.0, 0.125 * deadline.left())
+            second_pass = settings.e2e and isolate.enabled()
             if settings.e2e:
+                share_s = max(10.0, E2E_SHARE * deadline.left()) / (2 if second_pass else 1)
                 t = time.monotonic()
                 report.models_measured_now = measure_models(
-                    db, device_id, run_id, settings, deadline, fp.threads,
-                    share_s=pass_share_s, progress=progress)
-                report.phases["models_s"] = time.monotonic() - t
-                deadline.reserved_s = min(pass_share_s, max(deadline.left(), 0.0))
+                    db, device_id, run_id, settings, deadline, fp.threads, share_s=share_s,
+                    progress=progress)
+                report.phases["models_s"] = took = time.monotonic() - t
+                if second_pass:  # keep back what the second pass needs, at this pass's pace
+                    per_model = took / report.models_measured_now if report.models_measured_now else 3.0
+                    waiting = len(pending_models(db, device_id, settings, fp.threads,
+                                                 below=E2E_PASSES))
+                    deadline.reserved_s = max(0.0, min(share_s, waiting * per_model, deadline.left()))
             t = time.monotonic()
             report.measured_now += measure_configs(db, device_id, run_id, settings, deadline, flusher,
                                                    fp.threads, max_priority=0, progress=progress)
@@ -382,7 +402,7 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
                 report.measured_now += measure_configs(db, device_id, run_id, settings, deadline,
                                                        flusher, fp.threads, progress=progress)
             report.phases["sampling_s"] = time.monotonic() - t
-            if settings.e2e:
+            if second_pass:
                 t, deadline.reserved_s = time.monotonic(), 0.0
                 report.models_measured_now += measure_models(
                     db, device_id, run_id, settings, deadline, fp.threads,

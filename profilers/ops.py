@@ -380,7 +380,7 @@ def _rnn_dims(record: OpRecord) -> Features:
     elif len(x.shape) == 3:
         steps = float(x.shape[1] if b.get("batch_first") else x.shape[0])
     else:
-        steps = float(x.shape[0])  # unbatched (T, I)
+        steps = float(x.shape[0])  # unbatched (T, I): a direct aten call (nn.LSTM adds the batch)
     return {"tokens": tokens, "steps": steps, "batch": tokens / max(steps, 1.0),
             "input_size": float(x.shape[-1]), "hidden": hidden, "gates": float(gates),
             "layers": float(b.get("num_layers") or 1), "bidirectional": float(bool(b.get("bidirectional"))),

@@ -211,14 +211,25 @@ def _attention(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bo
     return _Attention(rng.random() < 0.3), [shape, shape, shape], False
 
 
+MAX_RNN_GFLOP = 2.0  # recurrent steps run one after another, far below matmul speed
+
+
 def _rnn(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
-    kind = rng.choice((nn.LSTM, nn.LSTM, nn.GRU, nn.RNN))
+    kind = rng.choice(("lstm", "lstm", "gru", "rnn_tanh", "rnn_relu"))
     size, hidden = rng.choice((32, 64, 128, 256, 512)), rng.choice((32, 64, 128, 256, 512))
     steps, batch = rng.choice((4, 8, 16, 32, 64, 128)), rng.choice((1, 1, 4, 8))
-    first = rng.random() < 0.5
-    module = kind(size, hidden, num_layers=rng.choice((1, 1, 2)), batch_first=first,
-                  bidirectional=rng.random() < 0.3)
-    return module, [(batch, steps, size) if first else (steps, batch, size)], False
+    layers, bidirectional = rng.choice((1, 1, 2)), rng.random() < 0.3
+    kw = {"num_layers": layers, "batch_first": rng.random() < 0.5, "bidirectional": bidirectional}
+    if kind == "lstm":
+        module = nn.LSTM(size, hidden, **kw)
+    elif kind == "gru":
+        module = nn.GRU(size, hidden, **kw)
+    else:
+        module = nn.RNN(size, hidden, nonlinearity=kind[4:], **kw)
+    weights = sum(p.numel() for p in module.parameters() if p.dim() == 2)
+    while steps > 1 and 2 * steps * batch * weights > MAX_RNN_GFLOP * 1e9:
+        steps //= 2
+    return module, [(batch, steps, size) if kw["batch_first"] else (steps, batch, size)], False
 
 
 def _pool(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:

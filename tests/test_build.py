@@ -108,10 +108,11 @@ def test_bad_budget_is_bad_usage(tmp_path, budget):
 
 
 def test_zoo_models_are_timed_at_the_start_and_again_at_the_end(tmp_path, monkeypatch):
-    """Two passes per setting, the second after the op sampling; a resumed run adds nothing."""
+    """Two passes per setting, the second after the op sampling, which runs with the second
+    pass's time kept back; a resumed run adds nothing; without fresh processes, one pass."""
     from kernels_db import build
     from kernels_db.store import KernelDB
-    from profilers import modelbench
+    from profilers import isolate, modelbench
 
     log: list[str] = []
 
@@ -119,20 +120,26 @@ def test_zoo_models_are_timed_at_the_start_and_again_at_the_end(tmp_path, monkey
         log.append(f"model {inputs[0]}")
         return [0.01 + 0.001 * len(log)] * 5
 
-    def fake_configs(*args, **kw):
-        log.append("configs")
+    def fake_configs(db, device_id, run_id, settings, deadline, *args, **kw):
+        log.append(f"configs {deadline.reserved_s > 0}")
         return 0
 
     monkeypatch.setattr(modelbench, "time_forward_isolated", fake_forward)
     monkeypatch.setattr(build, "measure_configs", fake_configs)
-    settings = build.ProfileSettings(threads=1, budget_s=40, models=("torchvision:squeezenet1_1",),
+    settings = build.ProfileSettings(threads=1, budget_s=600, models=("torchvision:squeezenet1_1",),
                                      batches=(1,), random_per_family=1)
     with KernelDB.open(tmp_path / "k.db") as db:
         report = build.profile_device(db, settings)
         rows = db.model_measurements(report.device_id, kind="e2e")
         assert report.models_measured_now == 4 and len(rows) == 4
-        assert [e.split()[0] for e in log[:2]] == ["model", "model"] and log[2] == "configs"
-        assert [e.split()[0] for e in log[-2:]] == ["model", "model"]
-        assert sorted(r.settings["inputs"][0] for r in rows) == ["1x3x160x160"] * 2 + ["1x3x224x224"] * 2
+        assert log[:3] == ["model 1x3x224x224", "model 1x3x160x160", "configs True"]
+        assert log[-2:] == ["model 1x3x224x224", "model 1x3x160x160"]
+        assert set(log[2:-2]) == {"configs True"}
         again = build.profile_device(db, settings)
-    assert again.models_measured_now == 0
+        assert again.models_measured_now == 0 and "configs False" in log  # nothing to keep back
+    monkeypatch.setattr(isolate, "enabled", lambda: False)
+    log.clear()
+    with KernelDB.open(tmp_path / "single.db") as db:
+        report = build.profile_device(db, settings)
+    assert report.models_measured_now == 2
+    assert [e.split()[0] for e in log] == ["model", "model"] + ["configs"] * (len(log) - 2)
