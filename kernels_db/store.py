@@ -18,6 +18,7 @@ import json
 import os
 import socket
 import sqlite3
+import statistics
 import sys
 import time
 import uuid
@@ -622,9 +623,10 @@ class KernelDB:
 
     def claim_unmeasured(self, device_id: str, run_id: str, limit: int, *,
                          sources: Sequence[str] | None = None, max_priority: int | None = None,
-                         order: str = "priority",
+                         order: str = "priority", below: int = 1,
                          claim_ttl_s: float = CLAIM_TTL_S) -> list[ConfigRow]:
-        """Atomically claim up to `limit` configs that have no measurement and no live claim.
+        """Atomically claim up to `limit` configs with fewer than `below` measurements (1: none
+        yet; 2: a second timing) and no live claim.
 
         Live claims are those of 'running' runs whose process still exists (provable on this host
         only) and younger than `claim_ttl_s`; all others are taken over. `order` is 'priority'
@@ -635,9 +637,11 @@ class KernelDB:
         if order_sql is None:
             raise ValueError(f"order must be 'priority' or 'random', not {order!r}")
         sql = ("SELECT c.* FROM op_configs c WHERE c.device_id = ? AND c.skip_reason IS NULL"
-               " AND NOT EXISTS (SELECT 1 FROM measurements m WHERE m.config_id = c.id)"
-               " AND NOT EXISTS (SELECT 1 FROM claims k WHERE k.config_id = c.id)")
-        params: list[Any] = [device_id]
+               + (" AND NOT EXISTS (SELECT 1 FROM measurements m WHERE m.config_id = c.id)"
+                  if below <= 1 else
+                  " AND (SELECT COUNT(*) FROM measurements m WHERE m.config_id = c.id) < ?")
+               + " AND NOT EXISTS (SELECT 1 FROM claims k WHERE k.config_id = c.id)")
+        params: list[Any] = [device_id] + ([int(below)] if below > 1 else [])
         if sources is not None:
             sql += f" AND c.source IN ({','.join('?' * len(sources))})"
             params += list(sources)
@@ -789,13 +793,16 @@ def _config_row(r: sqlite3.Row) -> ConfigRow:
 
 
 def _pooled(rows: list[sqlite3.Row]) -> MeasuredConfig:
-    """One config's measurements as one: stored stats if single, else stats of all samples."""
+    """One config's measurements as one: stored stats if single, else the median of the
+    measurements' medians (a timing taken in a slow spell is noisy, so it takes more samples and
+    would dominate a median of pooled samples) and the IQR of all samples."""
     first, last = rows[0], rows[-1]
     if len(rows) == 1:
         median_s, iqr_s, n = first["median_s"], first["iqr_s"], first["n"]
     else:
         pooled = [s for r in rows for s in decode_samples(r["samples"])]
-        (median_s, iqr_s), n = sample_stats(pooled), len(pooled)
+        (_, iqr_s), n = sample_stats(pooled), len(pooled)
+        median_s = statistics.median(r["median_s"] for r in rows)
     return MeasuredConfig(
         config_id=first["config_id"], key=first["key"], op=first["op"], family=first["family"],
         dtype=first["dtype"], source=first["source"], record_json=first["record_json"],
