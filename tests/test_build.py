@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -69,8 +70,9 @@ def test_kill_9_then_resume_loses_nothing(tmp_path):
     assert all(after.get(k) == v for k, v in before.items())
     assert len(after) > len(before)
     assert report["zoo_measured"] == report["zoo_configs"] > 0
-    keys = [k for k, _ in after]
-    assert len(keys) == len(set(keys)), "a config was measured twice"
+    counts = Counter(k for k, _ in after)  # zoo configs are timed again at the end, once
+    twice = [k for k, n in counts.items() if n == 2]
+    assert max(counts.values()) <= 2 and len(twice) <= report["zoo_configs"]
 
 
 def test_two_concurrent_runs_split_the_work(tmp_path):
@@ -83,9 +85,9 @@ def test_two_concurrent_runs_split_the_work(tmp_path):
     assert second.returncode == 0, results[1][1]
     reports = [json.loads(out) for out, _ in results]
     measured = _measured(db)
-    keys = [k for k, _ in measured]
-    assert len(keys) == len(set(keys)), "two runs measured the same config"
-    assert sum(r["measured_now"] for r in reports) == len(measured)
+    counts = Counter(k for k, _ in measured)  # a zoo config's second timing is one run's
+    assert max(counts.values()) <= 2, "two runs measured the same config"
+    assert sum(r["measured_now"] + r["zoo_retimed_now"] for r in reports) == len(measured)
     assert reports[1]["zoo_measured"] == reports[1]["zoo_configs"]
 
 
@@ -143,3 +145,27 @@ def test_zoo_models_are_timed_at_the_start_and_again_at_the_end(tmp_path, monkey
         report = build.profile_device(db, settings)
     assert report.models_measured_now == 2
     assert [e.split()[0] for e in log] == ["model", "model"] + ["configs"] * (len(log) - 2)
+
+
+def test_adaptive_rounds_sample_only_families_the_zoo_uses(tmp_path):
+    from kernels_db import build
+    from kernels_db.store import KernelDB
+    from profilers import sampling
+    from profilers.ops import family_of, flops_of
+
+    settings = build.ProfileSettings(threads=1)
+    with KernelDB.open(tmp_path / "k.db") as db:
+        db.upsert_device({"t": 1}, device_id="dev", kind="cpu", threads=1)
+        for family, source in (("conv", "zoo"), ("rnn", "random")):
+            records = [r for r in sampling.random_records(family, 40, seed=3)
+                       if family_of(r.op) == family][:35]
+            db.add_configs("dev", [(r.key, r.op, family, r.dtype, source, r.to_json(), 0)
+                                   for r in records])
+            ids = db.config_ids("dev")
+            for i, r in enumerate(records):  # latencies the quick model cannot fully learn
+                db.add_measurement(ids[r.key], None, [1e-6 + flops_of(r) * 1e-11 * (1 + i % 3)],
+                                   flushed=True, threads=1, noisy=False)
+        before = {c.key for c in db.configs("dev")}
+        assert build.adaptive_round(db, "dev", settings, round_no=1) > 0
+        added = [c for c in db.configs("dev") if c.key not in before]
+    assert added and {c.family for c in added} == {"conv"}
