@@ -204,9 +204,10 @@ def measure_configs(db: KernelDB, device_id: str, run_id: str, settings: Profile
 
 E2E_PASSES = 2
 """The training zoo's end-to-end timings are taken in two passes, at the start of a profile and
-after its op sampling, and a setting's reference is the median over passes: a slow spell of a
-shared machine during one pass then moves the correction fitted on them half as far. (At 2
-threads here, zoo references timed at the start of one profile later ran 0.957x as long.) The
+after its op sampling, and a setting's reference is the faster of its timings: a slow spell of
+a shared machine during one pass then does not reach the correction fitted on them. (At 2
+threads here, the second pass of one profile ran a median 1.10x as long as the first, up to
+1.34x; zoo references timed at the start of another later ran 0.957x as long.) The
 second pass needs fresh child processes (`profilers.isolate`): a process that has timed
 thousands of op configs ran BERT 3.2x slower than a new one, so without isolation the zoo is
 timed once, first."""
@@ -214,7 +215,7 @@ E2E_SHARE = 0.25  # of the budget for both passes together (at most)
 ZOO_RETIME_SHARE = 0.1
 """The zoo's op configs are timed first, in one short phase, and every model sharing them uses
 those medians as they are; a slow spell then biases all of them. So they are timed again after
-the sampling (within this share of the budget) and each keeps the median of its timings. (In one
+the sampling (within this share of the budget) and each keeps its faster timing. (In one
 2-thread profile here, the 869 configs timed 13-16 s into the run took a median 1.157x as long as
 in the previous profile, the rest 1.01-1.07x; mobilenet_v2's summed ops went from 0.75x to 1.02x
 of its end-to-end time.)"""

@@ -18,7 +18,6 @@ import json
 import os
 import socket
 import sqlite3
-import statistics
 import sys
 import time
 import uuid
@@ -755,7 +754,7 @@ class KernelDB:
             "        JOIN op_configs c ON c.id = m.config_id WHERE c.device_id = :d),"
             " (SELECT COUNT(*) || '.' || COALESCE(MAX(id), 0) FROM model_measurements"
             "        WHERE device_id = :d)", {"d": device_id})[0]
-        return f"{device_id}:{row[0]}:{row[1]}:{row[2]}"
+        return f"{device_id}:{row[0]}:{row[1]}:{row[2]}:{POOLING}"
 
 
 # ------------------------------------------------------------------------------ row builders
@@ -792,17 +791,22 @@ def _config_row(r: sqlite3.Row) -> ConfigRow:
                      priority=r["priority"], record_json=r["record_json"])
 
 
+POOLING = "fastest"  # how several timings of one config combine (`_pooled`); in the state token
+
+
 def _pooled(rows: list[sqlite3.Row]) -> MeasuredConfig:
-    """One config's measurements as one: stored stats if single, else the median of the
-    measurements' medians (a timing taken in a slow spell is noisy, so it takes more samples and
-    would dominate a median of pooled samples) and the IQR of all samples."""
+    """One config's measurements as one: stored stats if single, else the fastest measurement's
+    median and the IQR of all samples. Interference from other work on a shared machine only
+    ever slows a timing down, so the fastest of several timings is the closest to the device
+    undisturbed (and a timing taken in a slow spell is noisy: it takes more samples, and would
+    dominate a median of pooled samples)."""
     first, last = rows[0], rows[-1]
     if len(rows) == 1:
         median_s, iqr_s, n = first["median_s"], first["iqr_s"], first["n"]
     else:
         pooled = [s for r in rows for s in decode_samples(r["samples"])]
         (_, iqr_s), n = sample_stats(pooled), len(pooled)
-        median_s = statistics.median(r["median_s"] for r in rows)
+        median_s = min(r["median_s"] for r in rows)
     return MeasuredConfig(
         config_id=first["config_id"], key=first["key"], op=first["op"], family=first["family"],
         dtype=first["dtype"], source=first["source"], record_json=first["record_json"],

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ SOURCES = ("measured", "interpolated", "model", "free", "fallback")
 CORRECTION_CACHE = "e2e_fit"
 # per_family entries that are correction terms, not op families
 CORRECTION_TERMS = ("op_overhead", "memory_traffic", "weight_reload")
-CORRECTION_VERSION = 5  # bump when ModelRow or the correction formula changes
+CORRECTION_VERSION = 6  # bump when ModelRow or the correction formula changes
 ProgressFn = Callable[[str], None]
 
 
@@ -121,12 +120,12 @@ class Predictor:
         from profilers.specs import parse_input_spec
 
         rows = []
-        passes: dict[tuple[str, str], list] = {}  # the profile times each setting in passes
+        passes: dict[tuple[str, str], list] = {}  # the profile times each setting twice
         for m in db.model_measurements(self.device.id, kind="e2e"):
             passes.setdefault((m.model, m.settings_key), []).append(m)
         for group in passes.values():
             m = group[0]
-            median_s = statistics.median(g.median_s for g in group)
+            median_s = min(g.median_s for g in group)  # kernels_db.store._pooled: why
             inputs = [parse_input_spec(s) for s in m.settings.get("inputs", [])] or None
             if progress and (not rows or rows[-1].spec != m.model):
                 progress(f"capturing {m.model} for the end-to-end fit")
