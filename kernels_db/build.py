@@ -394,18 +394,18 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
             report.phases["plan_s"] = time.monotonic() - t
             flusher = CacheFlusher(_flush_bytes(fp), settings.device)
             second_pass = settings.e2e and isolate.enabled()
+            e2e_reserve_s = 0.0
             if settings.e2e:
                 share_s = max(10.0, E2E_SHARE * deadline.left()) / (2 if second_pass else 1)
                 t = time.monotonic()
-                report.models_measured_now = measure_models(
+                report.models_measured_now = done = measure_models(
                     db, device_id, run_id, settings, deadline, fp.threads, share_s=share_s,
                     progress=progress)
                 report.phases["models_s"] = took = time.monotonic() - t
-            e2e_reserve_s = 0.0
-            if second_pass:  # keep back what the second pass needs, at the first pass's pace
-                per_model = took / report.models_measured_now if report.models_measured_now else 3.0
-                waiting = len(pending_models(db, device_id, settings, fp.threads, below=E2E_PASSES))
-                e2e_reserve_s = min(share_s, waiting * per_model)
+                if second_pass:  # keep back what the second pass needs, at the first's pace
+                    waiting = len(pending_models(db, device_id, settings, fp.threads,
+                                                 below=E2E_PASSES))
+                    e2e_reserve_s = min(share_s, waiting * (took / done if done else 3.0))
             deadline.keep_back(e2e_reserve_s)
             t = time.monotonic()
             report.measured_now += measure_configs(db, device_id, run_id, settings, deadline, flusher,

@@ -122,7 +122,7 @@ class ConfigRow:
 
 @dataclass(frozen=True)
 class MeasuredConfig:
-    """A config with the statistics of all its samples pooled over every measurement."""
+    """A measured config: its fastest timing's median and IQR (`_pooled`); `n` counts all."""
 
     config_id: int
     key: str
@@ -692,12 +692,9 @@ class KernelDB:
 
     def measured(self, device_id: str, *, family: str | None = None,
                  op: str | None = None) -> list[MeasuredConfig]:
-        """Every measured config of the device, samples pooled over its measurements."""
+        """Every measured config of the device, several timings of one config as one (`_pooled`)."""
         sql = ("SELECT c.id AS config_id, c.key, c.op, c.family, c.dtype, c.source, c.record_json,"
-               " m.id AS mid, m.n, m.median_s, m.iqr_s, m.noisy, m.threads, m.flushed,"
-               # decoding samples is only needed to pool several measurements of one config
-               " CASE WHEN COUNT(*) OVER (PARTITION BY m.config_id) > 1 THEN m.samples END"
-               " AS samples"
+               " m.id AS mid, m.n, m.median_s, m.iqr_s, m.noisy, m.threads, m.flushed"
                " FROM op_configs c JOIN measurements m ON m.config_id = c.id"
                " WHERE c.device_id = ?")
         params: list[Any] = [device_id]
@@ -795,22 +792,18 @@ POOLING = "fastest"  # how several timings of one config combine (`_pooled`); in
 
 
 def _pooled(rows: list[sqlite3.Row]) -> MeasuredConfig:
-    """One config's measurements as one: stored stats if single, else the fastest measurement's
-    median and the IQR of all samples. Interference from other work on a shared machine only
-    ever slows a timing down, so the fastest of several timings is the closest to the device
-    undisturbed (and a timing taken in a slow spell is noisy: it takes more samples, and would
-    dominate a median of pooled samples)."""
+    """One config's measurements as one: the fastest measurement's median and IQR, and the
+    sample count of all. Interference from other work on a shared machine only ever slows a timing
+    down, so the fastest of several timings is the closest to the device undisturbed (and a
+    timing taken in a slow spell is noisy: it takes more samples, and would dominate a median of
+    pooled samples)."""
     first, last = rows[0], rows[-1]
-    if len(rows) == 1:
-        median_s, iqr_s, n = first["median_s"], first["iqr_s"], first["n"]
-    else:
-        pooled = [s for r in rows for s in decode_samples(r["samples"])]
-        (_, iqr_s), n = sample_stats(pooled), len(pooled)
-        median_s = min(r["median_s"] for r in rows)
+    fastest = min(rows, key=lambda r: r["median_s"])
     return MeasuredConfig(
         config_id=first["config_id"], key=first["key"], op=first["op"], family=first["family"],
         dtype=first["dtype"], source=first["source"], record_json=first["record_json"],
-        median_s=median_s, iqr_s=iqr_s, n=n, noisy=any(r["noisy"] for r in rows),
+        median_s=fastest["median_s"], iqr_s=fastest["iqr_s"], n=sum(r["n"] for r in rows),
+        noisy=any(r["noisy"] for r in rows),
         threads=last["threads"], flushed=bool(last["flushed"]))
 
 

@@ -1,7 +1,7 @@
 """Model-level validation: measure models for real on this machine, predict them, compare.
 
 Each case is timed (median of >= 30 runs after warm-up, at the device's thread count, in a
-fresh child process, in three rounds spread over the evaluation) and predicted; the same cases
+fresh child process, in `ROUNDS` rounds spread over the evaluation) and predicted; the same cases
 are predicted by a FLOPs-linear and a roofline baseline fitted on the same database, so the
 report says how much hwlat adds over the obvious proxies. Real measurements are NOT written
 to the database: the schema only allows model measurements of kind e2e/bench/load, and storing

@@ -46,6 +46,7 @@ def profile(ctx, device, threads, budget, name, dtypes, models, batches, no_e2e,
         return
     noise = f"{report.noise_median:.1%}" if report.noise_median is not None else "unknown"
     stderr.print(
-        f"[bold]{report.device_id}[/]: measured {report.measured_now} op configs and "
-        f"{report.models_measured_now} models in {report.elapsed_s:.0f} s; training-zoo configs "
+        f"[bold]{report.device_id}[/]: measured {report.measured_now} op configs (and re-timed "
+        f"{report.zoo_retimed_now} training-zoo ones), {report.models_measured_now} end-to-end "
+        f"model timings in {report.elapsed_s:.0f} s; training-zoo configs "
         f"covered {report.zoo_measured}/{report.zoo_configs}; median IQR/median {noise}.")
