@@ -28,10 +28,14 @@ from kernels_db.store import (
     library_versions,
     sample_stats,
 )
+from profilers import ops
 from profilers.errors import DatabaseError
 
 FORMAT_NAME = "hwlat-profile"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Format 1 files come from hwlat versions that timed max pooling on standard-normal inputs (see
+# `kernels_db.schema._V2_RETIME_MAX_POOLS`): their max-pool measurements are not imported.
+RETIMED_MAX_POOLS_FROM = 2
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -53,6 +57,7 @@ class ImportSummary:
     configs_added: int = 0
     measurements_added: int = 0
     measurements_skipped: int = 0  # already in the database
+    measurements_stale: int = 0  # max pools timed on noise by an older hwlat, to be re-timed
     model_measurements_added: int = 0
     model_measurements_skipped: int = 0
     notes: list[str] = field(default_factory=list)  # e.g. an alias dropped because it was taken
@@ -143,7 +148,7 @@ def import_file(db: KernelDB, path: str | os.PathLike) -> ImportSummary:
     path = Path(path)
     lines = _read_lines(path)
     header = _parse_header(path, next(lines, None))
-    importer = _Importer(db, path, header["device"])
+    importer = _Importer(db, path, header["device"], header["version"])
     with db.transaction() as conn:
         importer.begin(conn)
         ended = False
@@ -193,6 +198,11 @@ def _parse_header(path: Path, first: tuple[int, str] | None) -> dict:
     return header
 
 
+def _is_max_pool(op: str) -> bool:
+    parts = op.split(".")
+    return len(parts) > 1 and parts[1] in ops.MAX_POOLS
+
+
 def _malformed(path: Path, lineno: int, why: str) -> DatabaseError:
     return DatabaseError(f"{path} is malformed at line {lineno} ({why}); nothing was imported")
 
@@ -200,16 +210,19 @@ def _malformed(path: Path, lineno: int, why: str) -> DatabaseError:
 class _Importer:
     """The state of one import: key -> config id, known runs, counts."""
 
-    def __init__(self, db: KernelDB, path: Path, device: dict) -> None:
-        self.db, self.path, self.device = db, path, device
+    def __init__(self, db: KernelDB, path: Path, device: dict, version: int) -> None:
+        self.db, self.path, self.device, self.version = db, path, device, version
         self.summary = ImportSummary(device_id=device["id"])
         self.config_ids: dict[str, int] = {}
         self.run_ids: set[str] = set()
+        self.max_pool_keys: set[str] = set()
 
     def begin(self, conn: Any) -> None:
         self._merge_device(conn)
-        self.config_ids = {r["key"]: r["id"] for r in conn.execute(
-            "SELECT key, id FROM op_configs WHERE device_id = ?", (self.device["id"],))}
+        known = conn.execute("SELECT key, id, op FROM op_configs WHERE device_id = ?",
+                             (self.device["id"],)).fetchall()
+        self.config_ids = {r["key"]: r["id"] for r in known}
+        self.max_pool_keys = {r["key"] for r in known if _is_max_pool(r["op"])}
         self.run_ids = {r[0] for r in conn.execute("SELECT id FROM runs")}
 
     def line(self, conn: Any, lineno: int, text: str) -> bool:
@@ -281,6 +294,8 @@ class _Importer:
              int(r["priority"]), r["record_json"], r.get("skip_reason"),
              self._run_ref(r.get("skip_run_id")), r["created_at"]))
         self.config_ids[r["key"]] = cur.lastrowid
+        if _is_max_pool(r["op"]):
+            self.max_pool_keys.add(r["key"])
         self.summary.configs_added += 1
 
     def _run_ref(self, run_id: str | None) -> str | None:
@@ -298,6 +313,13 @@ class _Importer:
         if r["key"] not in self.config_ids:
             raise ValueError(f"measurement of config {r['key']} missing from the file")
         samples = self._samples(r)
+        if self.version < RETIMED_MAX_POOLS_FROM and r["key"] in self.max_pool_keys:
+            if not self.summary.measurements_stale:
+                self.summary.notes.append(
+                    "max-pool timings of this older export were taken on random inputs and are "
+                    "not imported; `hwlat profile` times those configs again")
+            self.summary.measurements_stale += 1
+            return
         median_s, iqr_s = sample_stats(samples)
         telemetry = r.get("telemetry")
         cur = conn.execute(

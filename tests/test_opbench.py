@@ -54,6 +54,24 @@ def test_channels_last_strides_are_preserved():
     assert replay_all(records) >= 8
 
 
+def test_max_pools_replay_on_activation_like_inputs():
+    """Max pooling is timed on ReLU outputs whose channels differ in sparsity, as in a model:
+    never negative, some channels nearly all zero and some nearly all positive."""
+    pool = torch.nn.MaxPool2d(3, 1, 1, ceil_mode=True)
+    for x in (torch.randn(2, 64, 12, 12), torch.randn(64, 12, 12),  # batched and unbatched
+              torch.randn(2, 64, 12, 12).to(memory_format=torch.channels_last)):
+        (rec,) = [r for r in record_real(pool, [x]) if "max_pool" in r.op]
+        args, _ = materialize(rec, seed=3)
+        got = args[0]
+        assert got.stride() == x.stride() and got.min() >= 0
+        channels = got.movedim(-3, 0).reshape(64, -1)
+        positive = (channels > 0).float().mean(dim=1)
+        assert (positive < 0.1).sum() >= 8 and (positive > 0.9).sum() >= 8
+        assert torch.equal(got, materialize(rec, seed=3)[0][0])  # seeded
+    (avg,) = record_real(torch.nn.AvgPool2d(2), [torch.randn(1, 8, 4, 4)])
+    assert materialize(avg)[0][0].min() < 0  # other ops keep standard-normal inputs
+
+
 def test_transformer_encoder_fast_path_replays():
     layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
     model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()

@@ -117,6 +117,26 @@ def _write_gz(path: Path, lines: list) -> Path:
     return path
 
 
+def test_format_1_exports_leave_their_max_pool_timings_out(tmp_path):
+    with _profiled_db(tmp_path / "a.db") as src:
+        src.add_configs(DEVICE, [("pool", "aten.max_pool2d.default", "pool", "float32", "zoo",
+                                  {"op": "pool"})])
+        src.add_measurement(src.config_ids(DEVICE)["pool"], None, [1e-3], flushed=True,
+                            threads=2, noisy=False)
+        n_measured = len(src.measured(DEVICE))
+        export_device(src, DEVICE, tmp_path / "new.gz")
+    with gzip.open(tmp_path / "new.gz", "rt") as f:
+        lines = [json.loads(line) for line in f]
+    _write_gz(tmp_path / "old.gz", [{**lines[0], "version": 1}, *lines[1:]])
+    with KernelDB(tmp_path / "b.db") as old, KernelDB(tmp_path / "c.db") as new:
+        result = import_file(old, tmp_path / "old.gz")
+        assert result.measurements_stale == 1 and "max-pool" in result.notes[0]
+        assert len(old.measured(DEVICE)) == n_measured - 1
+        assert "pool" in old.config_ids(DEVICE)  # the config stays, to be timed again
+        assert import_file(new, tmp_path / "new.gz").measurements_stale == 0
+        assert len(new.measured(DEVICE)) == n_measured
+
+
 @pytest.mark.parametrize("case", ["random", "other-json", "newer", "truncated", "bad-record",
                                   "missing"])
 def test_bad_files_raise_and_change_nothing(tmp_path, case):

@@ -118,6 +118,26 @@ def test_foreign_sqlite_is_refused_and_untouched(tmp_path):
     assert path.read_bytes() == before
 
 
+def test_upgrade_drops_max_pool_timings_taken_on_noise(tmp_path, monkeypatch):
+    # a schema-1 file, as hwlat wrote it while max pools were timed on standard-normal inputs
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", 1)
+    items = [("pool", "aten.max_pool2d.default", "pool", "float32", "zoo", {}),
+             ("idx", "aten.max_pool2d_with_indices.default", "pool", "float32", "random", {}),
+             ("avg", "aten.avg_pool2d.default", "pool", "float32", "zoo", {}),
+             ("conv", "aten.conv2d.default", "conv", "float32", "zoo", {})]
+    with _db(tmp_path) as db:
+        db.add_configs(DEVICE, items)
+        for config_id in db.config_ids(DEVICE).values():
+            db.add_measurement(config_id, None, [1e-3, 2e-3], flushed=True, threads=1,
+                               noisy=False)
+    monkeypatch.undo()
+    with KernelDB(tmp_path / "kernels.db") as db:
+        assert db.schema_version == schema.SCHEMA_VERSION
+        assert sorted(m.key for m in db.measured(DEVICE)) == ["avg", "conv"]
+        assert len(db.config_ids(DEVICE)) == 4  # the configs stay, to be timed again
+
+
 def test_migrations_run_in_one_transaction(tmp_path, monkeypatch):
     _db(tmp_path, 3).close()
     path = tmp_path / "kernels.db"
