@@ -201,6 +201,14 @@ def _conv_padding(b: dict, k: list[int], dil: list[int], n: int) -> list[float]:
     return [float(p) for p in _pair(pad, n, 0)]
 
 
+def _align(n: int, cap: int = 64) -> float:
+    """The largest power of two dividing `n`, up to `cap`: kernels vectorise over channels in
+    blocks of 8 or 16, and a count off the block runs a slower path (a 3x3 depthwise conv on
+    56x56 took 0.47 ns an element with 144 channels and 1.1 ns with 72 or 108, 1 thread)."""
+    n = int(n)
+    return float(min(n & -n, cap)) if n > 0 else 0.0
+
+
 def conv_features(record: OpRecord) -> Features:
     b = bound(record)
     x, w, out = b["input"], b["weight"], record.outputs[0]
@@ -230,6 +238,7 @@ def conv_features(record: OpRecord) -> Features:
         "channels_per_group": cin / groups, "transposed": float(transposed),
         "has_bias": float(isinstance(b.get("bias"), TensorSpec)), "spatial_dims": nd,
         "weight_channels_last": float(w.memory_format == "channels_last"),
+        "Cin_align": _align(cin), "Cout_align": _align(cout),
     }
 
 
@@ -305,7 +314,8 @@ def matmul_features(record: OpRecord) -> Features:
     # a stride-1 last dim means row-major; otherwise the operand is read transposed (t()+addmm)
     trans = [float(t.stride[-1] != 1 and t.shape[-1] > 1) for t in ops] + [0.0, 0.0]
     return {"batch": batch, "M": m, "N": n, "K": k, "has_bias": float(has_bias),
-            "a_transposed": trans[0], "b_transposed": trans[1]}
+            "a_transposed": trans[0], "b_transposed": trans[1], "N_align": _align(n),
+            "K_align": _align(k)}
 
 
 # --------------------------------------------------------------------------- attention
@@ -862,8 +872,9 @@ _FAMILY_FEATURES: dict[str, tuple[str, ...]] = {
     "conv": ("N", "Cin", "Cout", "D", "H", "W", "Hout", "Wout", "kh", "kw", "kd", "stride_h",
              "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w", "groups", "depthwise",
              "channels_per_group", "transposed", "has_bias", "spatial_dims",
-             "weight_channels_last"),
-    "matmul": ("batch", "M", "N", "K", "has_bias", "a_transposed", "b_transposed"),
+             "weight_channels_last", "Cin_align", "Cout_align"),
+    "matmul": ("batch", "M", "N", "K", "has_bias", "a_transposed", "b_transposed", "N_align",
+               "K_align"),
     "attention": ("batch", "heads", "Lq", "Lk", "head_dim", "head_dim_v", "causal", "has_mask",
                   "embed_dim", "ffn_dim", "fused_layer"),
     "rnn": ("tokens", "steps", "batch", "input_size", "hidden", "gates", "layers", "bidirectional",

@@ -56,6 +56,11 @@ def test_grouped_and_strided_depthwise_conv_flops():
     assert ops.flops_of(dw) == 2 * (8 * 9) * 16 == 2304
     f = ops.features(dw)
     assert (f["conv.depthwise"], f["conv.stride_h"], f["conv.Hout"], f["conv.groups"]) == (1, 2, 4, 8)
+    assert (f["conv.Cin_align"], f["conv.Cout_align"]) == (8, 8)
+    odd = ops.features(conv(spec(1, 72, 8, 8), spec(144, 72, 1, 1), spec(1, 144, 8, 8)))
+    assert (odd["conv.Cin_align"], odd["conv.Cout_align"]) == (8, 16)  # blocks of 8 and 16
+    wide = ops.features(conv(spec(1, 3, 8, 8), spec(1024, 3, 1, 1), spec(1, 1024, 8, 8)))
+    assert (wide["conv.Cin_align"], wide["conv.Cout_align"]) == (1, 64)  # capped
 
 
 def test_transposed_conv_flops_use_input_positions():
@@ -78,6 +83,9 @@ def test_addmm_bmm_linear_flops():
     assert ops.flops_of(linear) == 2 * 6 * 7 * 5
     f = ops.features(bmm)
     assert (f["matmul.batch"], f["matmul.M"], f["matmul.N"], f["matmul.K"]) == (4, 3, 5, 7)
+    f = ops.features(OpRecord("aten.mm.default", (spec(3, 96), spec(96, 40)),
+                              outputs=(spec(3, 40),)))
+    assert (f["matmul.N_align"], f["matmul.K_align"]) == (8, 32)
 
 
 def test_einsum_flops_match_the_equivalent_bmm():
