@@ -126,6 +126,7 @@ class _Built:
     preprocess: Callable | None = None
     postprocess: Callable | None = None
     raw_input: Any = None
+    input_names: tuple[str, ...] = ()  # what the inputs are, for the error when none is known
 
 
 def load_model(
@@ -140,7 +141,8 @@ def load_model(
     built, built_on = _build(builder, meta and can_meta)
     chosen = [_as_input_spec(i) for i in inputs] if inputs else built.inputs
     if not chosen:
-        raise SpecError(f"{spec}: no default inputs for this model; pass them with --input")
+        takes = f" (it takes {', '.join(built.input_names)})" if built.input_names else ""
+        raise SpecError(f"{spec}: no default inputs for this model{takes}; pass them with --input")
     if batch is not None:
         chosen = [i.with_batch(batch) for i in chosen]
     return LoadedModel(spec, _eval(built.model), chosen, built.vocab, built.preprocess,
@@ -243,19 +245,73 @@ def _build_timm(name: str) -> _Built:
 
 
 class HFTensorForward(nn.Module):
-    """Call a transformers model with token ids only and return a tensor, not a ModelOutput."""
+    """Call a transformers model with positional tensors and return a tensor, not a ModelOutput.
 
-    def __init__(self, model: nn.Module) -> None:
+    `names` are the keyword arguments the tensors go to, in order (`input_ids`, `pixel_values`,
+    `decoder_input_ids`, ...). An encoder-decoder given only token ids decodes those same ids,
+    as BART does on its own."""
+
+    def __init__(self, model: nn.Module, names: tuple[str, ...] = ("input_ids",)) -> None:
         super().__init__()
         self.model = model
+        self.names = tuple(names)
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        out = self.model(input_ids=input_ids)
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        if len(inputs) > len(self.names):
+            raise TypeError(f"this model takes {len(self.names)} input(s) "
+                            f"({', '.join(self.names)}), not {len(inputs)}")
+        kwargs = dict(zip(self.names[:len(inputs)], inputs, strict=True))
+        if "decoder_input_ids" in self.names and "decoder_input_ids" not in kwargs \
+                and "input_ids" in kwargs:
+            kwargs["decoder_input_ids"] = kwargs["input_ids"]
+        out = self.model(**kwargs)
         for name in ("last_hidden_state", "logits"):
             value = getattr(out, name, None)
             if isinstance(value, torch.Tensor):
                 return value
         return out[0]
+
+
+_AUDIO_SAMPLES = 16000  # one second of 16 kHz audio for `input_values` models (wav2vec2, hubert)
+
+
+def _hf_inputs(model: nn.Module, config: Any) -> tuple[tuple[str, ...], list[InputSpec]]:
+    """The keyword names a transformers model is called with and a default input for each.
+
+    The main input is the model's own `main_input_name`; a model that also takes images beside
+    text (CLIP-like) gets both; an encoder-decoder gets decoder token ids (a text one decodes its
+    input ids, so its one default input stays the token ids). Shapes come from the config."""
+    main = getattr(model, "main_input_name", "input_ids")
+    text_cfg = getattr(config, "text_config", None) or config
+    vision_cfg = getattr(config, "vision_config", None) or config
+    names = [main]
+    if main == "input_ids" and getattr(config, "vision_config", None) is not None:
+        names.append("pixel_values")
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+    if encoder_decoder and main != "input_ids":
+        names.append("decoder_input_ids")
+    specs = []
+    for name in names:
+        if name in ("input_ids", "decoder_input_ids"):
+            limit = min((v for v in (getattr(text_cfg, "max_position_embeddings", None),
+                                     getattr(text_cfg, "max_target_positions", None))
+                         if isinstance(v, int) and v > 0), default=_DEFAULT_TOKENS[1])
+            specs.append(InputSpec((1, min(_DEFAULT_TOKENS[1], limit)), "int64"))
+        elif name == "pixel_values":
+            size = getattr(vision_cfg, "image_size", None) or _DEFAULT_IMAGE[2]
+            h, w = (size, size) if isinstance(size, int) else tuple(size)[:2]
+            specs.append(InputSpec((1, getattr(vision_cfg, "num_channels", 3), h, w)))
+        elif name == "input_values":
+            specs.append(InputSpec((1, _AUDIO_SAMPLES)))
+        elif name == "input_features" and getattr(config, "num_mel_bins", None) \
+                and getattr(config, "max_source_positions", None):
+            # Whisper-like: a log-mel spectrogram of the full window the encoder requires
+            specs.append(InputSpec((1, config.num_mel_bins, 2 * config.max_source_positions)))
+        else:
+            specs.append(None)
+    if encoder_decoder and main == "input_ids":
+        names.append("decoder_input_ids")
+    return tuple(names), specs if all(specs) else []
 
 
 def _build_hf(model_type: str) -> _Built:
@@ -272,9 +328,14 @@ def _build_hf(model_type: str) -> _Built:
         model = transformers.AutoModel.from_config(config)
     except (ValueError, KeyError) as e:
         raise SpecError(f"hf:{model_type} has no plain AutoModel: {_one_line(e)}") from e
-    vocab = getattr(config, "vocab_size", None)
-    return _Built(HFTensorForward(model), [InputSpec(_DEFAULT_TOKENS, "int64")], model_type,
-                  vocab=vocab)
+    except Exception as e:  # noqa: BLE001 - a transformers bug for this type, not the user's
+        raise SpecError(f"transformers {transformers.__version__} could not build hf:{model_type} "
+                        f"from its default config: {_one_line(e)}") from e
+    names, inputs = _hf_inputs(model, config)
+    vocab = getattr(getattr(config, "text_config", None) or config, "vocab_size", None)
+    # no default inputs (an input this module cannot shape): load_model asks for --input
+    return _Built(HFTensorForward(model, names), inputs, model_type, vocab=vocab,
+                  input_names=names)
 
 
 def _build_file(path: Path, factory: str) -> _Built:

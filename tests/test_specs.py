@@ -95,6 +95,48 @@ def test_hf_builds_from_config_on_meta(model_type: str, vocab: int) -> None:
     assert loaded.inputs == [InputSpec((2, 128), "int64")]
 
 
+@pytest.mark.parametrize("model_type, names, inputs", [
+    ("vit", ("pixel_values",), [InputSpec((2, 3, 224, 224))]),
+    ("mobilevit", ("pixel_values",), [InputSpec((2, 3, 256, 256))]),
+    ("wav2vec2", ("input_values",), [InputSpec((2, 16000))]),
+    ("whisper", ("input_features", "decoder_input_ids"),
+     [InputSpec((2, 80, 3000)), InputSpec((2, 128), "int64")]),
+    ("t5", ("input_ids", "decoder_input_ids"), [InputSpec((2, 128), "int64")]),
+    ("clip", ("input_ids", "pixel_values"), [InputSpec((2, 77), "int64"),
+                                             InputSpec((2, 3, 224, 224))]),
+])
+def test_hf_inputs_follow_the_models_main_input(model_type: str, names: tuple,
+                                                inputs: list) -> None:
+    """Vision, audio and encoder-decoder models get the inputs their forward takes, shaped
+    from their config (image size, mel bins, position limit)."""
+    loaded = load_model(f"hf:{model_type}", meta=True, batch=2)
+    assert loaded.model.names == names
+    assert loaded.inputs == inputs
+
+
+def test_hf_vision_and_seq2seq_models_run_and_capture() -> None:
+    """An image model and an encoder-decoder given only its token ids run for real and capture
+    to the ops that carry their time."""
+    from profilers.capture import capture
+    from profilers.ops import record_family
+
+    for spec, inputs, shape, family in (("hf:vit", None, (1, 197, 768), "conv"),
+                                        ("hf:t5", ["int64:1x8"], (1, 8, 512), "matmul")):
+        loaded = load_model(spec, inputs=inputs)
+        with torch.inference_mode():
+            out = loaded.model(*loaded.make_inputs())
+        assert tuple(out.shape) == shape
+        families = {record_family(r) for r in capture(loaded.model, loaded.inputs)}
+        assert {family, "matmul"} <= families
+
+
+def test_hf_model_whose_input_has_no_default_shape_asks_for_it() -> None:
+    with pytest.raises(SpecError, match="takes input_features, decoder_input_ids.*--input"):
+        load_model("hf:speech_to_text", meta=True)
+    loaded = load_model("hf:speech_to_text", meta=True, inputs=["1x300x80", "int64:1x16"])
+    assert [str(i) for i in loaded.inputs] == ["1x300x80", "int64:1x16"]
+
+
 def _write(tmp_path, body: str):
     path = tmp_path / "user_models.py"
     path.write_text(textwrap.dedent(body))
