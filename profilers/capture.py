@@ -28,7 +28,7 @@ from torch.nn.modules.module import (
     register_module_forward_hook,
     register_module_forward_pre_hook,
 )
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from profilers.errors import CaptureError
 from profilers.oprecord import OpRecord, TensorSpec, dtype_from_name
@@ -116,6 +116,8 @@ class _OpRecorder(TorchDispatchMode):
         except Exception as e:
             self.failed_op.setdefault(id(e), (e, str(func)))
             raise
+        if getattr(func, "is_view", False):
+            out = _with_real_view_strides(func, args, kwargs, out)
         if func.namespace != "prim":  # prim.device & co are metadata queries of subclasses
             self.records.append(OpRecord(
                 op=str(func),
@@ -126,6 +128,45 @@ class _OpRecorder(TorchDispatchMode):
                 weight_bytes=self._weight_bytes(func, args, kwargs, out),
             ))
         return out
+
+
+def _with_real_view_strides(func: Any, args: tuple, kwargs: dict, out: Any) -> Any:
+    """A view's output with the strides the real kernel gives it.
+
+    A dim of size 1 addresses no memory, so its stride is free, and FakeTensorMode's Python view
+    rules pick other ones than ATen's C++ kernels (1x3136x128 transposed and viewed as
+    1x128x56x56: batch stride 401408 fake, 128 real). Kernels choose their path by strides: that
+    real tensor is not channels_last to ATen (a size-1 dim's stride still has to be the
+    largest), so a depthwise conv converts it first and took 0.6 ms in segformer where the fake
+    strides replay in 0.1 ms. The meta kernels are ATen's own, so the view is redone on meta
+    tensors and a fake output whose strides differ is re-strided to match."""
+    outs = list(_tensors(out))
+    if not any(1 in t.shape for t in outs):
+        return out
+    with _disable_current_modes():
+        meta_args = [_meta_like(a) for a in args]
+        meta_kwargs = {k: _meta_like(v) for k, v in kwargs.items()}
+        meta_out = list(_tensors(func(*meta_args, **meta_kwargs)))
+    if len(meta_out) != len(outs):
+        return out
+    fixed = [o if (o.stride(), o.storage_offset()) == (m.stride(), m.storage_offset())
+             else o.as_strided(o.shape, m.stride(), m.storage_offset())
+             for o, m in zip(outs, meta_out, strict=True)]
+    if isinstance(out, torch.Tensor):
+        return fixed[0]
+    return type(out)(fixed) if isinstance(out, list | tuple) else out
+
+
+def _meta_like(value: Any) -> Any:
+    """A meta tensor with the same shape, strides and storage offset; other values as they are."""
+    if isinstance(value, list | tuple):
+        return type(value)(_meta_like(v) for v in value)
+    if not isinstance(value, torch.Tensor):
+        return value
+    extent = 1 + sum((n - 1) * st for n, st in zip(value.shape, value.stride(), strict=True)
+                     if n > 0)
+    base = torch.empty(value.storage_offset() + extent, dtype=value.dtype, device="meta")
+    return base.as_strided(value.shape, value.stride(), value.storage_offset())
 
 
 def _spec_value(value: Any) -> Any:
