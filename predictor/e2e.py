@@ -212,6 +212,7 @@ class Predictor:
         """Fill the per-key cache for `records`, one LightGBM call per family."""
         pending: dict[str, dict[str, OpRecord]] = defaultdict(dict)
         queued: set[str] = set()
+        split: dict[str, tuple[OpRecord, ...]] = {}
         for record in records:
             if record.key in self._cache or record.key in queued:
                 continue
@@ -219,6 +220,8 @@ class Predictor:
             result = self._classify(record)
             if isinstance(result, OpEstimate):
                 self._cache[record.key] = result
+            elif (parts := ops.dense_input_split(record)) is not None:
+                split[record.key] = parts  # the hidden copy and the op on dense input
             else:
                 pending[result][record.key] = record
         for family, by_key in pending.items():
@@ -229,6 +232,12 @@ class Predictor:
                 floor = self._memory_floor_s(record)
                 self._cache[key] = OpEstimate(max(float(p50), floor), max(float(lo), floor),
                                               max(float(hi), floor), "model", family)
+        if split:
+            self.estimate_ops(p for parts in split.values() for p in parts)
+            for key, parts in split.items():
+                est = [self._cache[p.key] for p in parts]
+                self._cache[key] = OpEstimate(sum(e.p50_s for e in est), sum(e.lo_s for e in est),
+                                              sum(e.hi_s for e in est), "model", est[-1].family)
 
     def _notes(self, timed: list[tuple[OpRecord, OpEstimate]]) -> list[str]:
         dtypes = {r.dtype for r, _ in timed if "float" in r.dtype} - self.profiled_dtypes

@@ -263,6 +263,37 @@ def _eltwise(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool
     return _Binary(), [shape, other], rng.random() < 0.3
 
 
+class _Relayout(nn.Module):
+    def __init__(self, dims: tuple[int, ...] | None) -> None:
+        super().__init__()
+        self.dims = dims
+
+    def forward(self, x):
+        if self.dims is None:
+            return x.contiguous(memory_format=torch.channels_last)
+        return x.permute(*self.dims).contiguous()
+
+
+def _layout_copy(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
+    """Transposing copies: NCHW to NHWC and back, a token sequence to an image's channel-first
+    layout (what a conv on a transposed sequence copies inside the kernel), attention heads
+    split from tokens. The zoo's copies are nearly all contiguous reads; these are gathers."""
+    n = rng.choice((1, 1, 8))
+    kind = rng.choice(("image", "image", "sequence", "heads"))
+    if kind == "image":
+        c = _channels(rng, 16, 1024)
+        hw = _fit_spatial(n, c, _spatial(rng))
+        dims = rng.choice(((0, 2, 3, 1), (0, 3, 1, 2), None))
+        return _Relayout(dims), [(n, c, hw, hw)], False
+    if kind == "sequence":
+        c = _channels(rng, 16, 1024)
+        hw = _fit_spatial(n, c, rng.choice((7, 14, 28, 56, 64, 128)))
+        return _Relayout((0, 2, 1)), [(n, hw * hw, c)], False
+    heads, dim = rng.choice((2, 4, 8, 12, 16)), rng.choice((32, 64))
+    tokens = rng.choice((49, 64, 128, 197, 256, 784, 3136))
+    return _Relayout((0, 2, 1, 3)), [(n, tokens, heads, dim)], False
+
+
 GENERATORS: dict[str, Callable[[random.Random], tuple[nn.Module, list[tuple[int, ...]], bool]]] = {
     "conv": _conv,
     "matmul": _linear,
@@ -271,6 +302,7 @@ GENERATORS: dict[str, Callable[[random.Random], tuple[nn.Module, list[tuple[int,
     "pool": _pool,
     "norm": _norm_act,
     "eltwise": _eltwise,
+    "data": _layout_copy,
 }
 """Random-config generators, one per op family: a module, its input shapes, channels_last."""
 

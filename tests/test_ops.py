@@ -224,3 +224,45 @@ def test_feature_names_are_stable_and_complete_on_real_records():
     assert ops.feature_names("conv") == ops.feature_names("conv")
     with pytest.raises(HwlatError):
         ops.feature_names("nope")
+
+
+def _seq_to_image_conv(channels_last_weight: bool = False) -> OpRecord:
+    """The depthwise conv of a transformer's MLP run on its transposed token sequence."""
+    conv = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16).eval()
+    if channels_last_weight:
+        conv = conv.to(memory_format=torch.channels_last)
+    x = torch.randn(1, 64, 16).transpose(1, 2).view(1, 16, 8, 8)
+    return next(r for r in record_real(conv, [x]) if ops.family_of(r.op) == "conv")
+
+
+def test_a_conv_on_a_strided_input_splits_into_the_hidden_copy_and_the_dense_conv() -> None:
+    conv = _seq_to_image_conv()
+    assert conv.inputs[0].memory_format == "strided"
+    copy, dense = ops.dense_input_split(conv)
+    assert copy.op == "aten.contiguous.default" and copy.inputs == [conv.inputs[0]]
+    assert copy.outputs[0].memory_format == "contiguous"
+    assert dense.inputs[0] == copy.outputs[0] and dense.inputs[1:] == conv.inputs[1:]
+    assert dense.op == conv.op and dense.outputs == conv.outputs
+    assert ops.dense_input_split(dense) is None  # nothing left to copy
+    assert not ops.is_free(copy)
+    # a channels_last weight makes ATen copy into channels_last instead
+    copy_cl, dense_cl = ops.dense_input_split(_seq_to_image_conv(channels_last_weight=True))
+    assert dense_cl.inputs[0].memory_format == "channels_last"
+    # what ATen does for real: the copy's output is what the conv computes on
+    x = torch.randn(1, 64, 16).transpose(1, 2).view(1, 16, 8, 8)
+    assert torch.equal(x.contiguous(), ops.resolve_overload(copy.op)(x, **copy.kwargs))
+
+
+def test_gather_stride_says_how_far_apart_a_copy_reads() -> None:
+    def spec(shape, stride):
+        return TensorSpec(shape, stride, "float32")
+
+    out = spec((1, 128, 56, 56), (401408, 3136, 56, 1))
+    plain = OpRecord("aten.clone.default", (spec(out.shape, out.stride),), {}, (out,))
+    transposed = OpRecord("aten.contiguous.default", (spec(out.shape, (128, 1, 7168, 128)),),
+                          {}, (out,))
+    reshaped = OpRecord("aten.cat.default", ([spec((1, 64), (64, 1))],), {},
+                        (spec((2, 32), (32, 1)),))
+    assert ops.generic_features(plain)["log_gather_stride"] == 0.0
+    assert ops.generic_features(transposed)["log_gather_stride"] == 7.0
+    assert math.isnan(ops.generic_features(reshaped)["log_gather_stride"])

@@ -262,3 +262,22 @@ def test_a_setting_timed_in_two_passes_is_one_row_at_the_faster(tmp_path, db_pat
     assert [(r.spec, round(r.measured_s, 6)) for r in rows] == [
         ("torchvision:resnet18", 0.010), ("torchvision:squeezenet1_1", 0.005)]
     assert predictor.correction.n_models == 2
+
+
+def test_a_strided_conv_is_predicted_as_its_hidden_copy_plus_the_dense_conv(predictor):
+    """ATen copies a conv input that is neither contiguous nor channels_last before the kernel
+    runs; the conv model only knows dense inputs, so the copy is predicted on its own."""
+    import torch
+
+    from profilers.capture import record_real
+
+    conv = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16).eval()
+    x = torch.randn(1, 64, 16).transpose(1, 2).view(1, 16, 8, 8)
+    record = next(r for r in record_real(conv, [x]) if ops.family_of(r.op) == "conv")
+    copy, dense = ops.dense_input_split(record)
+    predictor.estimate_ops([record])
+    predictor.estimate_ops([copy, dense])
+    got, parts = predictor._cache[record.key], [predictor._cache[p.key] for p in (copy, dense)]
+    assert got.p50_s == pytest.approx(parts[0].p50_s + parts[1].p50_s)
+    assert got.family == "conv" and parts[0].family == "data"
+    assert got.p50_s > parts[1].p50_s > 0

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from profilers import sampling
+from profilers import ops, sampling
 from profilers.capture import capture_spec
 from profilers.ops import lookup
 from profilers.specs import parse_input_spec
@@ -71,3 +71,11 @@ def test_random_configs_stay_within_the_per_config_caps():
              if m.in_features >= 4096 and m.out_features >= 1000]
     assert heads  # some linear layers have weights far beyond the LLC
     assert all(m.in_features * m.out_features <= 64 << 20 for m in heads)
+
+
+def test_layout_copies_include_gathers_the_zoo_rarely_has() -> None:
+    records = sampling.random_records("data", 16, seed=3)
+    assert records and all(lookup(r.op).family == "data" for r in records)
+    strides = [ops.generic_features(r)["log_gather_stride"] for r in records]
+    assert max(strides) >= 5  # a transposing copy reads every 32nd element or further apart
+    assert min(strides) == 0  # and some copy whole rows (attention heads)
