@@ -143,10 +143,13 @@ def _with_real_view_strides(func: Any, args: tuple, kwargs: dict, out: Any) -> A
     outs = list(_tensors(out))
     if not any(1 in t.shape for t in outs):
         return out
-    with _disable_current_modes():
-        meta_args = [_meta_like(a) for a in args]
-        meta_kwargs = {k: _meta_like(v) for k, v in kwargs.items()}
-        meta_out = list(_tensors(func(*meta_args, **meta_kwargs)))
+    try:
+        with _disable_current_modes():
+            meta_args = [_meta_like(a) for a in args]
+            meta_kwargs = {k: _meta_like(v) for k, v in kwargs.items()}
+            meta_out = list(_tensors(func(*meta_args, **meta_kwargs)))
+    except Exception:  # noqa: BLE001 - a view meta cannot redo (data-dependent): keep fake's
+        return out
     if len(meta_out) != len(outs):
         return out
     fixed = [o if (o.stride(), o.storage_offset()) == (m.stride(), m.storage_offset())

@@ -10,7 +10,7 @@ from torch import nn
 from profilers.capture import capture, capture_spec, record_real
 from profilers.errors import CaptureError
 from profilers.oprecord import OpRecord
-from profilers.specs import InputSpec, load_model
+from profilers.specs import InputSpec, load_model, parse_input_spec
 
 
 def _real_model(name: str) -> nn.Module:
@@ -212,3 +212,10 @@ def test_weight_bytes_are_the_parameters_and_buffers_each_call_reads() -> None:
     # the call site's weights do not change what is timed: same key as a record without them
     conv = next(r for r in ops if r.op == "aten.conv2d.default")
     assert conv.key == OpRecord(conv.op, conv.args, conv.kwargs, conv.outputs).key
+
+
+def test_a_view_meta_cannot_redo_keeps_the_fake_strides() -> None:
+    """gpt2 calls `to(dtype)` on a 1x8x768 activation; `to` may alias, so it is a view op, and
+    redoing it on meta tensors fails (it would copy to the CPU): capture must go on."""
+    captured = capture_spec("hf:gpt2", inputs=[parse_input_spec("int64:1x8")])
+    assert "aten.to.dtype_layout" in {r.op for r in captured.ops}
