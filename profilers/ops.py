@@ -32,6 +32,7 @@ from profilers.oprecord import (
     TensorSpec,
     _channels_last_strides,
     _contiguous_strides,
+    _with_first_tensor,
     tensors_in,
 )
 
@@ -596,9 +597,9 @@ def generic_features(record: OpRecord) -> Features:
 
 def _log_gather_stride(x: TensorSpec | None, out: TensorSpec | None) -> float:
     """log2 of how far apart, in elements, the input elements are that the output writes next
-    to each other: 0 for a plain copy, large for a transposing one (NHWC to NCHW with 128
-    channels reads every 128th element and took 10x as long as a contiguous copy of the same
-    bytes). NaN where input and output shapes differ."""
+    to each other: 0 for a plain copy, large for a transposing one (1x128x56x56 from a
+    transposed sequence reads every 128th element and took 0.43 ms, where the data model
+    trained without such copies said 0.04 ms). NaN where input and output shapes differ."""
     if x is None or out is None or x.shape != out.shape or not out.shape:
         return float("nan")
     inner = min((d for d, n in enumerate(out.shape) if n > 1),
@@ -764,25 +765,10 @@ def dense_input_split(record: OpRecord) -> tuple[OpRecord, OpRecord] | None:
                     kwargs={"memory_format": torch.channels_last if fmt == "channels_last"
                             else torch.contiguous_format},
                     outputs=(dense,), module=record.module)
-    done = [False]
-    on_dense = replace(record, args=_swap_first(record.args, x, dense, done),
-                       kwargs=_swap_first(record.kwargs, x, dense, done))
+    done = [False]  # the activation is the first tensor of two or more dims, as in batch_key
+    on_dense = replace(record, args=_with_first_tensor(record.args, lambda _: dense, done),
+                       kwargs=_with_first_tensor(record.kwargs, lambda _: dense, done))
     return copy, on_dense
-
-
-def _swap_first(value: Any, old: TensorSpec, new: TensorSpec, done: list[bool]) -> Any:
-    if done[0]:
-        return value
-    if isinstance(value, TensorSpec):
-        if value == old:
-            done[0] = True
-            return new
-        return value
-    if isinstance(value, list | tuple):
-        return type(value)(_swap_first(v, old, new, done) for v in value)
-    if isinstance(value, dict):
-        return {k: _swap_first(v, old, new, done) for k, v in value.items()}
-    return value
 
 
 # --------------------------------------------------------------------------- registry
