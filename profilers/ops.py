@@ -518,6 +518,7 @@ ELTWISE_FLOPS_PER_ELEM = {
         "bitwise_and", "bitwise_or", "sign", "floor", "ceil", "round", "trunc", "remainder",
         "fmod", "floor_divide", "threshold", "square", "pow", "triu", "tril", "isnan", "isinf",
         "dropout", "feature_dropout", "alpha_dropout", "native_dropout", "type_as",
+        "bitwise_xor", "logical_xor", "__and__", "__or__", "__xor__",
     )},
     # two operations: fused multiply-adds and piecewise-linear activations
     **{k: 2 for k in ("addcmul", "addcdiv", "lerp", "leaky_relu", "prelu", "_prelu_kernel")},
@@ -527,6 +528,7 @@ ELTWISE_FLOPS_PER_ELEM = {
                       "reciprocal", "sigmoid", "tanh", "erf", "sin", "cos", "softplus", "elu",
                       "selu", "celu", "logit")},
     "silu": 5,   # sigmoid + mul
+    "glu": 5,    # sigmoid of one half times the other, per output element
     "gelu": 8,   # 0.5 * x * (1 + erf(x / sqrt 2)), or its tanh form
     "mish": 9,   # x * tanh(softplus(x))
 }
@@ -534,6 +536,7 @@ REDUCE_FLOPS_PER_ELEM = {
     "softmax": 5, "_softmax": 5, "log_softmax": 5, "_log_softmax": 5,  # max, sub, exp, sum, div/log
     "linalg_vector_norm": 2, "norm": 2, "std": 3, "var": 3, "var_mean": 3, "std_mean": 3,
     "logsumexp": 5,
+    "_weight_norm": 3, "_weight_norm_interface": 3,  # square-sum over the weight, then scale it
 }
 
 
@@ -831,7 +834,8 @@ def _build_registry() -> dict[str, OpInfo]:
         "native_dropout", _info("eltwise", free_when=_dropout_is_identity))
     add("softmax _softmax log_softmax _log_softmax _safe_softmax sum mean amax amin max min "
         "prod argmax argmin std var var_mean std_mean linalg_vector_norm norm logsumexp cumsum "
-        "cumsum_ cumprod any all topk sort argsort count_nonzero", _info("reduce"))
+        "cumsum_ cumprod any all topk sort argsort count_nonzero _weight_norm "
+        "_weight_norm_interface", _info("reduce"))
     add("clone _to_copy cat stack hstack vstack pad constant_pad_nd reflection_pad1d "
         "reflection_pad2d reflection_pad3d replication_pad1d replication_pad2d "
         "replication_pad3d roll flip repeat tile repeat_interleave narrow_copy "

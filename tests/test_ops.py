@@ -266,3 +266,24 @@ def test_gather_stride_says_how_far_apart_a_copy_reads() -> None:
     assert ops.generic_features(plain)["log_gather_stride"] == 0.0
     assert ops.generic_features(transposed)["log_gather_stride"] == 7.0
     assert math.isnan(ops.generic_features(reshaped)["log_gather_stride"])
+
+
+def test_gates_masks_and_weight_norm_are_modelled_not_fallbacks() -> None:
+    class Block(torch.nn.Module):  # the pieces of wav2vec2's positional conv and gated units
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.utils.parametrizations.weight_norm(
+                torch.nn.Conv1d(8, 16, 3, padding=1), dim=2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = F.glu(self.conv(x), dim=1)
+            return y.masked_fill((y > 0) & (y < 1), 0.0)
+
+    records = record_real(Block().eval(), [torch.randn(2, 8, 10)])
+    by_op = {ops.split_op_name(r.op)[1]: r for r in records}
+    assert {"glu", "__and__", "_weight_norm"} <= set(by_op), sorted(by_op)
+    assert not [r.op for r in records if ops.record_family(r) == ops.UNKNOWN]
+    glu = by_op["glu"]
+    assert ops.family_of(glu.op) == "eltwise" and ops.flops_of(glu) == 5 * 2 * 8 * 10
+    assert ops.family_of(by_op["__and__"].op) == "eltwise"
+    assert ops.family_of(by_op["_weight_norm"].op) == "reduce"
