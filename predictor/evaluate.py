@@ -35,6 +35,9 @@ from profilers.specs import parse_input_spec
 from profilers.stats import spearman
 
 MeasureFn = Callable[[str, Sequence[str], int, int, int | None, str, str], list[float]]
+# (spec, inputs, threads, device kind, dtype) -> share of subnormal values in one forward pass
+SubnormalFn = Callable[[str, Sequence[str], int | None, str, str], float]
+SUBNORMAL_NOTE = 0.001  # a share above this gets a note: the slow path costs measurable time
 ProgressFn = Callable[[str], None]
 WITHIN = (5, 10, 20)
 
@@ -56,6 +59,24 @@ def zoo_cases(*, holdout_families: bool = False, batches: Sequence[int] = (1,)) 
         for c in zoo.expand(entry, batches=list(batches)):
             cases.append(EvalCase(c.spec, c.inputs, c.family))
     return cases
+
+
+def model_subnormal_share(spec: str, inputs: Sequence[str], threads: int | None = None,
+                          device: str = "cpu", dtype: str = "float32") -> float:
+    """The share of subnormal values in one forward pass, in a fresh child process."""
+    from profilers.modelbench import subnormal_share_isolated
+
+    return subnormal_share_isolated(spec, list(inputs) or None, threads=threads, dtype=dtype,
+                                    device=device)
+
+
+def _subnormal_note(row: EvalRow) -> str | None:
+    if row.subnormal_share is None or row.subnormal_share <= SUBNORMAL_NOTE:
+        return None
+    return (f"{row.spec} {','.join(row.inputs)}: {row.subnormal_share * 100:.1f}% of the values "
+            "its forward pass computes are subnormal (random weights underflow); the CPU's slow "
+            "path for them is in its measurement but not in op timings on random inputs, so it "
+            "runs slower than predicted (torch.set_flush_denormal(True) removes the slow path)")
 
 
 def time_model(spec: str, inputs: Sequence[str], runs: int = 30, warmup: int = 5,
@@ -159,6 +180,7 @@ class EvalRow:
     dtype: str = "float32"
     predicted_profile_ms: float | None = None  # before the session anchor (None: not anchored)
     measured_rounds_ms: list[float] = field(default_factory=list)  # the median of each round
+    subnormal_share: float | None = None  # of the values its forward computes (None: unchecked)
 
     @property
     def round_spread_pct(self) -> float | None:
@@ -236,6 +258,7 @@ def _baselines(predictor: Predictor) -> tuple[FlopsLinear | None, RooflineScaled
 def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int = 30,
              warmup: int = 5, rounds: int = ROUNDS, predictor: Predictor | None = None,
              measure_fn: MeasureFn | None = None, anchor: str = "profile",
+             subnormal_fn: SubnormalFn | None = None,
              progress: ProgressFn | None = None) -> EvalReport:
     """Measure and predict every case; summary metrics for hwlat and both baselines.
 
@@ -244,12 +267,15 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     those spread is reported beside it.
     anchor: "profile" predicts from the database as it is; "session" also re-times training-zoo
     references around the evaluated models and scales every predictor by the drift (see above).
+    subnormal_fn: checks each model's forward pass for subnormal values, which slow it down
+    where op timings cannot see it (default: a real check when the measurement is real).
     """
     if anchor not in ("profile", "session"):
         raise ValueError(f"anchor must be 'profile' or 'session', not {anchor!r}")
     predictor = predictor or Predictor.for_device(db, device, progress=progress)
     dev = predictor.device
-    measure_fn = measure_fn or time_model
+    if measure_fn is None:
+        measure_fn, subnormal_fn = time_model, subnormal_fn or model_subnormal_share
     flops_base, roof_base, note = _baselines(predictor)
     captured = []
     for case in cases:  # all captures first: nothing but the model runs while it is timed
@@ -274,14 +300,21 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     timed_refs += _time_references(refs[1::2], measure_fn, runs, warmup, dev.threads, dev.kind,
                                    progress)
     drift = _drift(timed_refs)
+    subnormal: list[float | None] = [None] * len(cases)
+    if subnormal_fn and dev.kind == "cpu":  # GPUs compute subnormals at full speed
+        if progress:
+            progress("checking the models' forward passes for subnormal values")
+        subnormal = [subnormal_fn(case.spec, [str(i) for i in cap.inputs], dev.threads,
+                                  dev.kind, case.dtype)
+                     for case, cap in zip(cases, captured, strict=True)]
     notes = [note] if note else []
     if anchor == "session" and drift is None:
         notes.append("no training-zoo references under "
                      f"{DRIFT_MAX_S * 1e3:.0f} ms on this device: predictions not re-anchored")
     k = drift.ratio if drift else 1.0
     rows = []
-    for case, cap, measured, rounds_ms in zip(cases, captured, measured_ms, round_ms,
-                                              strict=True):
+    for case, cap, measured, rounds_ms, sub in zip(cases, captured, measured_ms, round_ms,
+                                                   subnormal, strict=True):
         pred = predictor.predict_captured(cap)
         rows.append(EvalRow(
             spec=case.spec, family=case.family or cap.family, inputs=pred.inputs,
@@ -294,7 +327,8 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
                               if roof_base else None),
             measured_share=pred.measured_share,
             unmodelled_share=sum(u["share"] for u in pred.unmodelled), dtype=case.dtype,
-            predicted_profile_ms=pred.p50_ms if drift else None))
+            predicted_profile_ms=pred.p50_ms if drift else None, subnormal_share=sub))
+    notes += [n for n in map(_subnormal_note, rows) if n]
     return _report(dev.id, rows, runs, notes, "session" if drift else "profile", drift)
 
 

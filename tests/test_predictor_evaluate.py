@@ -153,3 +153,34 @@ def test_zoo_cases_hold_out_unseen_families():
     held = zoo_cases(holdout_families=True)
     assert held and all(c.family not in seen for c in held)
     assert all(c.inputs for c in held)
+
+
+def test_subnormal_values_are_counted_in_a_real_forward_pass(tmp_path):
+    from profilers.modelbench import subnormal_share
+
+    (tmp_path / "under.py").write_text(
+        "import torch\n"
+        "class Under(torch.nn.Module):\n"
+        "    def forward(self, x):\n"  # exp(-100) = 3.7e-44: below float32's smallest normal
+        "        return torch.exp(x.abs() * 0 - 100) + x\n"
+        "def make():\n"
+        "    return Under()\n")
+    share = subnormal_share(f"{tmp_path / 'under.py'}:make", ["1x64"], threads=1)
+    # ops: abs, mul, sub, exp, add; only exp's 64 outputs are subnormal
+    assert share == pytest.approx(64 / (5 * 64))
+    assert subnormal_share("torchvision:resnet18", ["1x3x32x32"], threads=1) == 0.0
+
+
+def test_a_model_with_subnormal_values_gets_a_note(predictor):
+    cases = [EvalCase(spec, SMALL) for spec in SPECS]
+    shares = {"torchvision:squeezenet1_1": 0.044, "torchvision:resnet18": 0.0}
+    report = evaluate(None, "dev1", cases, predictor=predictor,
+                      measure_fn=lambda *a: [0.004] * a[2],
+                      subnormal_fn=lambda spec, *a: shares[spec])
+    assert [r.subnormal_share for r in report.rows] == [0.044, 0.0]
+    notes = [n for n in report.notes if "subnormal" in n]
+    assert len(notes) == 1 and notes[0].startswith("torchvision:squeezenet1_1 1x3x32x32: 4.4%")
+    assert json.loads(json.dumps(report.to_json()))["models"][0]["subnormal_share"] == 0.044
+    unchecked = evaluate(None, "dev1", cases, predictor=predictor,
+                         measure_fn=lambda *a: [0.004] * a[2])
+    assert [r.subnormal_share for r in unchecked.rows] == [None, None]
