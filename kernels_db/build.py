@@ -345,13 +345,6 @@ def family_errors(db: KernelDB, device_id: str, measured: list | None = None) ->
     return errors
 
 
-def _flush_bytes(fp) -> int:
-    """About the cache the timed op competes for: L2 per core x threads on a CPU, the whole
-    (shared) L2 on a GPU - not x CPU threads, which made a 60 MB L2 a 960 MB flush."""
-    l2 = fp.l2_bytes or 0
-    return max(l2 if fp.kind == "cuda" else l2 * fp.threads, 1 << 20)
-
-
 def _tf32_settings(device: str) -> dict | None:
     """fp32 matmuls/convs may run as TF32 on NVIDIA GPUs; what was timed depends on it."""
     if _device_type(device) != "cuda":
@@ -367,7 +360,7 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
                    progress: ProgressFn | None = None) -> ProfileReport:
     """The whole `hwlat profile` job within `settings.budget_s`."""
     from profilers.fingerprint import fingerprint, measure_peaks
-    from profilers.timer import CacheFlusher, thread_count
+    from profilers.timer import CacheFlusher, flush_bytes, thread_count
 
     check_settings(settings)
     deadline = _Deadline(settings.budget_s)
@@ -392,7 +385,8 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
             t = time.monotonic()
             report.planned, report.zoo_configs = plan(db, device_id, settings, progress)
             report.phases["plan_s"] = time.monotonic() - t
-            flusher = CacheFlusher(_flush_bytes(fp), settings.device)
+            flusher = CacheFlusher(flush_bytes(fp.kind, fp.threads, fp.l2_bytes),
+                                   settings.device)
             second_pass = settings.e2e and isolate.enabled()
             e2e_reserve_s = 0.0
             if settings.e2e:

@@ -24,12 +24,13 @@ from profilers import ops
 from profilers.capture import CapturedModel, capture_spec
 from profilers.errors import HwlatError, UnmodelledOpError
 from profilers.oprecord import OpRecord
+from profilers.timer import flush_bytes
 
 SOURCES = ("measured", "interpolated", "model", "free", "fallback")
 CORRECTION_CACHE = "e2e_fit"
 # per_family entries that are correction terms, not op families
-CORRECTION_TERMS = ("op_overhead", "memory_traffic", "weight_reload")
-CORRECTION_VERSION = 6  # bump when ModelRow or the correction formula changes
+CORRECTION_TERMS = ("op_overhead", "memory_traffic", "weight_reload", "large_op_traffic")
+CORRECTION_VERSION = 7  # bump when ModelRow or the correction formula changes
 ProgressFn = Callable[[str], None]
 
 
@@ -63,6 +64,7 @@ class Prediction:
     roofline_ms: float
     traffic_ms: float = 0.0  # bytes moved by the timed ops at the device's copy bandwidth
     weights_ms: float = 0.0  # weight bytes re-read from DRAM each pass, at the copy bandwidth
+    large_traffic_ms: float = 0.0  # the part of traffic_ms moved by ops larger than L2 x threads
     inputs: list[str] = field(default_factory=list)
     capture_s: float | None = None
     notes: list[str] = field(default_factory=list)
@@ -96,6 +98,9 @@ class Predictor:
         caches = (device.fingerprint or {}).get("caches", {})
         # the assumed 32 MiB only applies to a fingerprint without cache sizes
         self._llc_bytes = float(caches.get("l3") or caches.get("l2") or 32 << 20)
+        # ops moving more than this do not fit in the L2 of the threads running them: what the
+        # op timings flush (correction.py: the large-op traffic term)
+        self._l2_bytes = float(flush_bytes(device.kind, device.threads or 1, caches.get("l2")))
         self._cache: dict[str, OpEstimate] = {}
 
     @classmethod
@@ -139,7 +144,8 @@ class Predictor:
             rows.append(ModelRow(m.model, m.family, tuple(m.settings.get("inputs", [])),
                                  median_s, p.sum_ops_ms / 1e3, p.n_timed_ops, p.flops,
                                  p.roofline_ms / 1e3, p.measured_share, p.traffic_ms / 1e3,
-                                 p.weights_ms / 1e3, m.settings.get("dtype", "float32")))
+                                 p.weights_ms / 1e3, m.settings.get("dtype", "float32"),
+                                 p.large_traffic_ms / 1e3))
         return rows
 
     def _load_or_fit_correction(self, db: KernelDB, progress: ProgressFn | None) -> Correction:
@@ -278,7 +284,8 @@ class Predictor:
         op_bytes = [ops.bytes_of(r) for r, _ in timed]
         traffic_s = sum(op_bytes) / self._bytes_per_s
         weights_s = self._weights_s(timed, op_bytes)
-        total_s = correction.apply(sum_s, len(timed), traffic_s, weights_s)
+        large_s = sum(b for b in op_bytes if b > self._l2_bytes) / self._bytes_per_s
+        total_s = correction.apply(sum_s, len(timed), traffic_s, weights_s, large_s)
         lo_s, hi_s = self._interval(total_s, sum_s, [e for _, e in timed], correction)
         per_family: dict[str, float] = defaultdict(float)
         for _, e in timed:
@@ -289,6 +296,8 @@ class Predictor:
             per_family["memory_traffic"] = correction.c_traffic * traffic_s * 1e3
         if correction.c_weights:
             per_family["weight_reload"] = correction.c_weights * weights_s * 1e3
+        if correction.c_large_traffic:
+            per_family["large_op_traffic"] = correction.c_large_traffic * large_s * 1e3
         measured = sum(e.p50_s for _, e in timed if e.source == "measured")
         return Prediction(
             spec=spec, device=self.device.id, latency_ms={"p50": total_s * 1e3},
@@ -300,9 +309,11 @@ class Predictor:
             measured_share=measured / sum_s if sum_s > 0 else 0.0,
             correction={"a": correction.a, "overhead_us": correction.overhead_s * 1e6,
                         "c_traffic": correction.c_traffic, "c_weights": correction.c_weights,
+                        "c_large_traffic": correction.c_large_traffic,
                         "n_models": correction.n_models,
                         "note": correction.note},
             sum_ops_ms=sum_s * 1e3, traffic_ms=traffic_s * 1e3, weights_ms=weights_s * 1e3,
+            large_traffic_ms=large_s * 1e3,
             notes=self._notes(timed),
             roofline_ms=sum(roofline_s(r, self.models.peaks) for r, _ in timed) * 1e3)
 

@@ -211,6 +211,13 @@ class CacheFlusher:
         return f"CacheFlusher({self.nbytes}, device={self.device!r})"
 
 
+def flush_bytes(kind: str, threads: int, l2_bytes: int | None) -> int:
+    """About the cache a timed op competes for: L2 per core x threads on a CPU, the whole
+    (shared) L2 on a GPU - not x CPU threads, which made a 60 MB L2 a 960 MB flush."""
+    l2 = l2_bytes or 0
+    return max(l2 if kind == "cuda" else l2 * max(threads, 1), 1 << 20)
+
+
 def measure(
     fn: Callable[[], object],
     *,

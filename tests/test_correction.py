@@ -46,9 +46,24 @@ def test_recovers_the_weight_reload_term_beside_the_others():
                     1e9, s / 3, 1.0, traffic_s=t, weights_s=w)
            for i, (s, n, t, w) in enumerate(shapes)]
     fit = fit_correction(out)
-    assert fit.coefficients == pytest.approx((1.02, 3e-6, 0.45, 1.9), rel=1e-4)
+    assert fit.coefficients == pytest.approx((1.02, 3e-6, 0.45, 1.9, 0.0), rel=1e-4, abs=1e-12)
     assert "1.900 x weight re-read time" in fit.note
     assert all(fit.of(r) == pytest.approx(r.measured_s) for r in out)
+
+
+def test_recovers_traffic_that_only_ops_larger_than_l2_pay():
+    """The 2-thread case: traffic of ops that fit in L2 costs nothing extra, the rest does."""
+    large = (0.0, 0.004, 0.0, 0.025, 0.0005, 0.0, 0.003, 0.001)
+    out = [ModelRow(f"m{i}", f"fam{i % 4}", (), 0.92 * s + 2.1 * w + 0.6 * big, s, n, 1e9, s / 3,
+                    1.0, traffic_s=t, weights_s=w, large_traffic_s=big)
+           for i, ((s, n, t), w, big) in enumerate(zip(SHAPES, (0.0, 0.002, 0.0001, 0.004, 0.0,
+                                                                0.0008, 0.003, 0.0005),
+                                                       large, strict=True))]
+    fit = fit_correction(out)
+    assert fit.terms == (0, 3, 4)
+    assert fit.coefficients == pytest.approx((0.92, 0.0, 0.0, 2.1, 0.6), rel=1e-4, abs=1e-12)
+    assert "0.600 x large-op traffic time" in fit.note
+    assert fit.apply(0.01, 100, 0.003, 0.001, 0.002) == pytest.approx(0.0092 + 0.0021 + 0.0012)
 
 
 def test_a_term_that_would_be_negative_is_dropped_not_kept():
@@ -94,6 +109,6 @@ def test_terms_that_do_not_help_held_out_families_are_left_out():
                                                 strict=True))]
     fit = fit_correction(out)
     assert fit.terms == (0,)
-    assert fit.coefficients[1:] == (0.0, 0.0, 0.0)
+    assert fit.coefficients[1:] == (0.0, 0.0, 0.0, 0.0)
     assert fit.a == pytest.approx(1.1, rel=0.03)
     assert "left out" in fit.note and "weight re-read" in fit.note
