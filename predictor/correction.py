@@ -34,8 +34,10 @@ and drops the all-op traffic term: leave-one-family-out MAPE 8.6% -> 6.6% (0.907
 
 Which terms are fitted is decided by the data: every subset of the four optional terms is
 scored by leave-one-family-out error and a term stays only if it lowers that error
-(`select_terms`). On the dev VM all four passed both for the 59-setting zoo and for quickstart's
-10 settings (leave-one-family-out MAPE 4.6%); synthetic data with no such effects keeps `a` alone.
+(`select_terms`). On the dev VM's 59-setting zoo the 1-thread fit kept the per-op overhead and
+memory traffic (weight re-read and large-op traffic left out: 3.2% leave-one-family-out MAPE), the
+2-thread fit weight re-read and large-op traffic (6.6%); synthetic data with no such effects keeps
+`a` alone.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class ModelRow:
     traffic_s: float = 0.0  # bytes moved by the timed ops / the device's copy bandwidth
     weights_s: float = 0.0  # weight bytes re-read from DRAM each pass / the copy bandwidth
     dtype: str = "float32"
-    large_traffic_s: float = 0.0  # the part of traffic_s moved by ops larger than L2 x threads
+    large_traffic_s: float = 0.0  # the part of traffic_s moved by ops over timer.flush_bytes
 
     @property
     def terms(self) -> tuple[float, float, float, float, float]:
@@ -92,7 +94,7 @@ class Correction:
     overhead_s: float = 0.0
     c_traffic: float = 0.0  # seconds of extra time per second of memory traffic
     c_weights: float = 0.0  # seconds of extra time per second of weight re-reading
-    c_large_traffic: float = 0.0  # ... per second of traffic of ops larger than L2 x threads
+    c_large_traffic: float = 0.0  # ... per second of traffic of ops over timer.flush_bytes
     resid_lo: float = 0.0  # 10th percentile of log(measured / held-out-family prediction)
     resid_hi: float = 0.0  # 90th percentile
     n_models: int = 0
@@ -123,8 +125,9 @@ class Correction:
 
 def _solve(rows: Sequence[ModelRow], terms: Sequence[int] = tuple(range(N_TERMS))
            ) -> tuple[float, ...]:
-    """Coefficients (a, overhead_s, c_traffic, c_weights, c_large_traffic) minimising Huber-weighted relative
-    error, all kept >= 0, using only `terms` (indices into them; `a`, 0, always).
+    """Coefficients (a, overhead_s, c_traffic, c_weights, c_large_traffic) minimising
+    Huber-weighted relative error, all kept >= 0, using only `terms` (indices into them; `a`,
+    0, always).
 
     Terms whose coefficient comes out negative are dropped and the rest refitted; `a` always
     stays (with no usable fit it is the ratio that makes the plain sum unbiased).

@@ -64,7 +64,7 @@ class Prediction:
     roofline_ms: float
     traffic_ms: float = 0.0  # bytes moved by the timed ops at the device's copy bandwidth
     weights_ms: float = 0.0  # weight bytes re-read from DRAM each pass, at the copy bandwidth
-    large_traffic_ms: float = 0.0  # the part of traffic_ms moved by ops larger than L2 x threads
+    large_traffic_ms: float = 0.0  # the part of traffic_ms moved by ops over timer.flush_bytes
     inputs: list[str] = field(default_factory=list)
     capture_s: float | None = None
     notes: list[str] = field(default_factory=list)
@@ -100,7 +100,8 @@ class Predictor:
         self._llc_bytes = float(caches.get("l3") or caches.get("l2") or 32 << 20)
         # ops moving more than this do not fit in the L2 of the threads running them: what the
         # op timings flush (correction.py: the large-op traffic term)
-        self._l2_bytes = float(flush_bytes(device.kind, device.threads or 1, caches.get("l2")))
+        self._large_op_bytes = float(flush_bytes(device.kind, device.threads or 1,
+                                                 caches.get("l2")))
         self._cache: dict[str, OpEstimate] = {}
 
     @classmethod
@@ -284,7 +285,7 @@ class Predictor:
         op_bytes = [ops.bytes_of(r) for r, _ in timed]
         traffic_s = sum(op_bytes) / self._bytes_per_s
         weights_s = self._weights_s(timed, op_bytes)
-        large_s = sum(b for b in op_bytes if b > self._l2_bytes) / self._bytes_per_s
+        large_s = sum(b for b in op_bytes if b > self._large_op_bytes) / self._bytes_per_s
         total_s = correction.apply(sum_s, len(timed), traffic_s, weights_s, large_s)
         lo_s, hi_s = self._interval(total_s, sum_s, [e for _, e in timed], correction)
         per_family: dict[str, float] = defaultdict(float)

@@ -106,6 +106,20 @@ def test_weight_reload_term_counts_every_weight_read_at_the_copy_bandwidth(db_pa
     assert sum(p.per_family.values()) == pytest.approx(p.p50_ms)
 
 
+def test_large_op_traffic_counts_only_ops_over_the_flush_size(db_path, tmp_path, resnet):
+    with KernelDB.open(db_path) as db:
+        pred = Predictor.for_device(db, "box", cache_dir=tmp_path)
+    pred.correction = Correction(a=1.0, c_large_traffic=3.0)
+    p = pred.predict_captured(resnet)
+    sizes = [ops.bytes_of(r) for r in resnet.ops if not ops.is_free(r)]
+    large = [b for b in sizes if b > 1 << 20]  # no L2 in this fingerprint: the 1 MiB floor
+    assert large and len(large) < len(sizes)  # resnet18's late convs, not its activations
+    assert p.large_traffic_ms == pytest.approx(sum(large) / (PEAKS["gbps"] * 1e9) * 1e3)
+    assert 0 < p.large_traffic_ms < p.traffic_ms
+    assert p.per_family["large_op_traffic"] == pytest.approx(3.0 * p.large_traffic_ms)
+    assert sum(p.per_family.values()) == pytest.approx(p.p50_ms)
+
+
 def test_a_config_measured_at_two_batch_sizes_is_interpolated_between_them(tmp_path,
                                                                             training_records):
     def conv_at(batch):

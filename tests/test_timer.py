@@ -16,6 +16,7 @@ from profilers.timer import (
     Measurement,
     _median_ci_ranks,
     default_threads,
+    flush_bytes,
     format_seconds,
     measure,
     measure_stable,
@@ -274,3 +275,9 @@ def test_cuda_event_clock_smoke():
     flush = CacheFlusher(8 << 20, device="cuda")
     m = measure(lambda: torch.mm(x, x), flush=flush, device="cuda", max_time_s=0.2)
     assert m.n >= 3 and m.median_s > 0 and m.device == "cuda"
+
+
+def test_flush_size_is_l2_per_thread_on_a_cpu_and_the_shared_l2_on_a_gpu():
+    assert flush_bytes("cpu", 2, 1 << 20) == 2 << 20
+    assert flush_bytes("cuda", 16, 60 << 20) == 60 << 20  # not x threads: a 960 MB flush
+    assert flush_bytes("cpu", 1, None) == flush_bytes("cpu", 0, 256 << 10) == 1 << 20  # floor
