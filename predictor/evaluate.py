@@ -37,7 +37,9 @@ from profilers.stats import spearman
 MeasureFn = Callable[[str, Sequence[str], int, int, int | None, str, str], list[float]]
 # (spec, inputs, threads, device kind, dtype) -> share of subnormal values in one forward pass
 SubnormalFn = Callable[[str, Sequence[str], int | None, str, str], float]
-SUBNORMAL_NOTE = 0.001  # a share above this gets a note: the slow path costs measurable time
+# a share above this gets a note; not calibrated: the models flagged on the dev VM had 0.6-4.5%
+# (mobilevit -13%, swin_t -12% error), every other model checked there had none at all
+SUBNORMAL_NOTE = 0.001
 ProgressFn = Callable[[str], None]
 WITHIN = (5, 10, 20)
 
@@ -75,8 +77,8 @@ def _subnormal_note(row: EvalRow) -> str | None:
         return None
     return (f"{row.spec} {','.join(row.inputs)}: {row.subnormal_share * 100:.1f}% of the values "
             "its forward pass computes are subnormal (random weights underflow); the CPU's slow "
-            "path for them is in its measurement but not in op timings on random inputs, so it "
-            "runs slower than predicted (torch.set_flush_denormal(True) removes the slow path)")
+            "path for them is in its measurement but not in op timings on random inputs, so it may "
+            "run slower than predicted (torch.set_flush_denormal(True) removes the slow path)")
 
 
 def time_model(spec: str, inputs: Sequence[str], runs: int = 30, warmup: int = 5,

@@ -376,9 +376,16 @@ def time_forward_isolated(spec: str, inputs: list[str] | None = None, *,
                           threads: int | None = None, **kw: Any) -> list[float]:
     """`time_forward` in a fresh child process (profilers.isolate: why), at `threads` threads
     (None: this process's current count)."""
+    return _in_child(time_forward, spec, inputs, threads, **kw)
+
+
+def _in_child(fn: Callable[..., Any], spec: str, inputs: list[str] | None,
+              threads: int | None, **kw: Any) -> Any:
+    """`fn(spec, inputs, threads=..., **kw)` in a fresh child process (profilers.isolate), at
+    `threads` threads (None: this process's current count)."""
     from profilers import isolate
 
-    return isolate.run(time_forward, spec, inputs,
+    return isolate.run(fn, spec, inputs,
                        threads=threads if threads is not None else torch.get_num_threads(), **kw)
 
 
@@ -420,7 +427,4 @@ def subnormal_share(spec: str, inputs: list[str] | None = None, *, batch: int | 
 def subnormal_share_isolated(spec: str, inputs: list[str] | None = None, *,
                              threads: int | None = None, **kw: Any) -> float:
     """`subnormal_share` in a fresh child process, like the timings it explains."""
-    from profilers import isolate
-
-    return isolate.run(subnormal_share, spec, inputs,
-                       threads=threads if threads is not None else torch.get_num_threads(), **kw)
+    return _in_child(subnormal_share, spec, inputs, threads, **kw)
