@@ -79,7 +79,8 @@ def _inputs_for(spec: str, inputs: tuple[str, ...], batch: int) -> tuple[str, ..
     return tuple(str(s.with_batch(batch)) for s in specs)
 
 
-SUMMARY_LABELS = {"flops": "FLOPs-linear", "hwlat_profile_anchor": "hwlat, profile anchor"}
+SUMMARY_LABELS = {"flops": "FLOPs-linear", "hwlat_profile_anchor": "hwlat, profile anchor",
+                  "repeat": "re-measurement"}
 
 
 def show(report: EvalReport) -> None:
@@ -101,11 +102,13 @@ def show(report: EvalReport) -> None:
     stdout.print(table)
     summary = Table("predictor", "MAPE", "median APE", "within 5%", "within 10%", "within 20%",
                     "Spearman", title=f"summary over {len(report.rows)} models")
-    for name, m in report.summary.items():
+    repeat = report.repeatability()
+    for name, m in [*report.summary.items(), *([("repeat", repeat)] if repeat else [])]:
         summary.add_row(SUMMARY_LABELS.get(name, name), f"{m['mape_pct']:.1f}%",
                         f"{m['median_ape_pct']:.1f}%",
                         f"{m['within_5pct']:.0%}", f"{m['within_10pct']:.0%}",
-                        f"{m['within_20pct']:.0%}", f"{m['spearman']:.3f}")
+                        f"{m['within_20pct']:.0%}", f"{m['spearman']:.3f}",
+                        style="dim" if name == "repeat" else None)
     stdout.print(summary)
     if report.drift:
         d = report.drift
@@ -118,6 +121,9 @@ def show(report: EvalReport) -> None:
     if spread:
         stdout.print(f"ground truth: each model measured in {spread['rounds']} rounds; their "
                      f"medians differ by {spread['median']:.1f}% (median over models, largest "
-                     f"{spread['max']:.1f}%), the noise of the measurement itself")
+                     f"{spread['max']:.1f}%), the noise of the measurement itself; "
+                     "'re-measurement' scores each round's median against the model's other "
+                     "rounds: how closely this machine repeats itself, a floor for the errors "
+                     "above")
     for note in report.notes:
         stdout.print(f"[dim]{note}[/]")
