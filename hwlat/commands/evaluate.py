@@ -33,8 +33,9 @@ from predictor.evaluate import ROUNDS, EvalCase, EvalReport, evaluate, zoo_cases
 @click.option("--anchor", type=click.Choice(["profile", "session"]), default="profile",
               show_default=True,
               help="profile: predict as profiled; session: also re-time training-zoo references "
-                   "here before and after the models (~1 min), report the device's drift since profiling and scale every "
-                   "predictor by it (the profile-anchored numbers are kept beside).")
+                   "here, before and after the models (~1 min), report the device's drift since "
+                   "profiling and scale every predictor by it (the profile-anchored numbers are "
+                   "kept beside).")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Predicted vs measured (PNG).")
 @json_option
 @click.pass_context
