@@ -212,18 +212,29 @@ second pass needs fresh child processes (`profilers.isolate`): a process that ha
 thousands of op configs ran BERT 3.2x slower than a new one, so without isolation the zoo is
 timed once, first.
 
-The first pass may take the whole share: a setting timed only in the second pass has no
-faster timing to fall back on. In a 10-minute 2-thread profile whose first pass had half the
-share, 12 of the 59 settings (all of vit_b_32, the transformer encoder, bert and gpt2, last in
-zoo order) were timed only at the end, in a slow spell (resnet50 ran 1.25x its first-pass time
-there); they came out 1.2-1.3x their time an hour later, pulled the weight re-read coefficient
-from 1.25 to 2.19, and the held-out CNNs at batch 1 were over-predicted by up to 25%. Re-timing
-those settings gave 6.8% held-out MAPE instead of 7.3%, and 81% instead of 77% within 10%. Within
-a pass the settings go round the models (every model's first setting, then every model's
-second), so a pass cut short leaves out a few settings of each model, not whole models. The next
-profile (every setting timed in the first pass, 42 of 59 again in the second) scored 6.1%, 5.6%,
-5.0% and 5.9% MAPE on the README's four 2-thread sets, against 7.5%, 8.7%, 16.6% and 9.5%."""
-E2E_SHARE = 0.25  # of the budget for both passes together (at most)
+The first pass may take the whole share (the second still gets `SECOND_PASS_MIN` of it, from
+the op sampling): a setting timed only in the second pass has no faster timing to fall back on. In a 10-minute 2-thread profile whose first
+pass had half the share, 12 of the 59 settings (all of vit_b_32, the transformer encoder, bert
+and gpt2, last in zoo order) were timed only at the end, in a slow spell (resnet50 ran 1.25x its
+first-pass time there); they came out 1.2-1.3x their time an hour later, pulled the weight
+re-read coefficient from 1.25 to 2.19, and the held-out CNNs at batch 1 were over-predicted by up
+to 25%. Re-timing the zoo's settings an hour later (its ops as profiled) gave 6.8% held-out MAPE
+instead of 7.3%, and 81% instead of 77% within 10%, against the same evaluation. Within a pass
+the settings go round the models (every model's first setting, then every model's second), so a
+pass cut short leaves out the last settings of the models that have the most, not whole models.
+The next profile (every setting timed in the first pass, 42 of 59 again in the second) scored
+6.1%, 5.6%, 5.0% and 5.9% MAPE on the README's four 2-thread sets, against 7.5%, 8.7%, 16.6% and
+9.5% before."""
+E2E_SHARE = 0.25  # of the budget for both passes together (about)
+SECOND_PASS_MIN = 0.25  # of that share, kept for the second pass even when the first used it all
+
+
+def second_pass_reserve(share_s: float, took_s: float, done: int, waiting: int) -> float:
+    """Seconds to keep back for the second end-to-end pass: what the first left of the share,
+    but at least `SECOND_PASS_MIN` of it (a first pass that used it all would leave no setting
+    its faster timing), and no more than the `waiting` settings take at the first pass's pace."""
+    pace_s = took_s / done if done else 3.0
+    return min(waiting * pace_s, max(share_s - took_s, SECOND_PASS_MIN * share_s))
 ZOO_RETIME_SHARE = 0.1
 """The zoo's op configs are timed first, in one short phase, and every model sharing them uses
 those medians as they are; a slow spell then biases all of them. So they are timed again after
@@ -265,13 +276,14 @@ def pending_models(db: KernelDB, device_id: str, settings: ProfileSettings, thre
     have = Counter((m.model, m.settings_key) for m in db.model_measurements(device_id, kind="e2e"))
     out = []
     nth_of_model: Counter = Counter()
-    for order, case in enumerate(_zoo_cases(settings)):
+    for case in _zoo_cases(settings):
         for dtype in settings.dtypes:
             key = model_settings(case, dtype, threads, settings.device)
             count = have[(case.spec, settings_key(key))]
             if count < below:
-                out.append(((count, nth_of_model[case.spec], order), case, dtype, key))
+                out.append(((count, nth_of_model[case.spec]), case, dtype, key))
                 nth_of_model[case.spec] += 1
+    # a stable sort: zoo order within a round
     return [(case, dtype, key) for _, case, dtype, key in sorted(out, key=lambda t: t[0])]
 
 
@@ -410,11 +422,10 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
                     db, device_id, run_id, settings, deadline, fp.threads, share_s=share_s,
                     progress=progress)
                 report.phases["models_s"] = took = time.monotonic() - t
-                if second_pass:  # keep back what is left of the share for the second pass
+                if second_pass:
                     waiting = len(pending_models(db, device_id, settings, fp.threads,
                                                  below=E2E_PASSES))
-                    e2e_reserve_s = min(max(share_s - took, 0.0),
-                                        waiting * (took / done if done else 3.0))
+                    e2e_reserve_s = second_pass_reserve(share_s, took, done, waiting)
             deadline.keep_back(e2e_reserve_s)
             t = time.monotonic()
             report.measured_now += measure_configs(db, device_id, run_id, settings, deadline, flusher,

@@ -148,8 +148,8 @@ def test_zoo_models_are_timed_at_the_start_and_again_at_the_end(tmp_path, monkey
 
 
 def test_end_to_end_passes_go_round_the_models(tmp_path):
-    """A pass cut short must leave out a few settings of every model, not the zoo's last models
-    (those then got only a second-pass timing, in a slow spell, and skewed the correction)."""
+    """A pass cut short must not leave out the zoo's last models whole (those then got only a
+    second-pass timing, in a slow spell, and skewed the correction)."""
     from kernels_db import build
     from kernels_db.store import KernelDB
 
@@ -165,6 +165,17 @@ def test_end_to_end_passes_go_round_the_models(tmp_path):
         db.add_model_measurement("d", first.spec, first.family, key, [0.01] * 3)
         again = build.pending_models(db, "d", settings, 1, below=2)
         assert again[-1][0] == first and again[-1][2] == key  # the least measured first
+
+
+def test_second_pass_keeps_what_the_first_left_and_never_nothing():
+    from kernels_db.build import SECOND_PASS_MIN, second_pass_reserve
+
+    # first pass done in 40 s of a 100 s share, 20 settings at 2 s each: 30 waiting take 60 s
+    assert second_pass_reserve(100, 40, 20, 30) == pytest.approx(60)
+    assert second_pass_reserve(100, 40, 20, 10) == pytest.approx(20)  # no more than needed
+    # the first pass used the whole share (and overran it): the second still gets its minimum
+    assert second_pass_reserve(100, 104, 52, 59) == pytest.approx(SECOND_PASS_MIN * 100)
+    assert second_pass_reserve(100, 104, 52, 0) == 0  # nothing waiting
 
 
 def test_adaptive_rounds_sample_only_families_the_zoo_uses(tmp_path):

@@ -138,24 +138,24 @@ def test_a_slow_spell_in_one_round_moves_the_measurement_little_and_is_reported(
     assert report.round_spread_pct() == {"median": pytest.approx(30.0), "max": pytest.approx(30.0),
                                          "rounds": 3}
     # re-measurement: 4.0 and 4.0 against median(5.2, 4.0) = 4.6 (13.0% off), 5.2 against 4.0
-    repeat = report.repeatability()
-    assert repeat["n"] == 6
-    assert repeat["mape_pct"] == pytest.approx((2 * (0.6 / 4.6) + 0.3) / 3 * 100)
-    assert (repeat["within_10pct"], repeat["within_20pct"]) == (0.0, pytest.approx(2 / 3))
+    remeasured = report.remeasurement()
+    assert remeasured["n"] == 6
+    assert remeasured["mape_pct"] == pytest.approx((2 * (0.6 / 4.6) + 0.3) / 3 * 100)
+    assert (remeasured["within_10pct"], remeasured["within_20pct"]) == (0.0, pytest.approx(2 / 3))
     data = json.loads(json.dumps(report.to_json()))
     assert data["models"][0]["round_spread_pct"] == pytest.approx(30.0)
-    assert data["repeatability"]["n"] == 6
+    assert data["remeasurement"]["n"] == 6
     from hwlat.commands.evaluate import show
     from hwlat.output import stdout
 
     with stdout.capture() as shown:
         show(report)
     rows = [x for x in shown.get().splitlines() if x.startswith("│ re-")]  # may wrap
-    assert len(rows) == 1 and f"{repeat['mape_pct']:.1f}%" in rows[0]
+    assert len(rows) == 1 and f"{remeasured['mape_pct']:.1f}%" in rows[0]
     single = evaluate(None, "dev1", [EvalCase(SPECS[0], SMALL)], rounds=1, predictor=predictor,
                       measure_fn=lambda *a: [0.004] * a[2])
     assert single.rows[0].round_spread_pct is None and single.round_spread_pct() is None
-    assert single.repeatability() is None
+    assert single.remeasurement() is None
 
 
 def test_time_model_times_a_real_model_and_restores_threads():

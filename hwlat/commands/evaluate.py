@@ -81,7 +81,7 @@ def _inputs_for(spec: str, inputs: tuple[str, ...], batch: int) -> tuple[str, ..
 
 
 SUMMARY_LABELS = {"flops": "FLOPs-linear", "hwlat_profile_anchor": "hwlat, profile anchor",
-                  "repeat": "re-measurement"}
+                  "remeasurement": "re-measurement"}
 
 
 def show(report: EvalReport) -> None:
@@ -103,13 +103,18 @@ def show(report: EvalReport) -> None:
     stdout.print(table)
     summary = Table("predictor", "MAPE", "median APE", "within 5%", "within 10%", "within 20%",
                     "Spearman", title=f"summary over {len(report.rows)} models")
-    repeat = report.repeatability()
-    for name, m in [*report.summary.items(), *([("repeat", repeat)] if repeat else [])]:
+    rows = list(report.summary.items())
+    remeasurement = report.remeasurement()
+    if remeasurement:
+        rows.append(("remeasurement", remeasurement))
+    for name, m in rows:
+        # its pairs are rounds of one model: a rank correlation over them compares nothing
+        spearman = "-" if name == "remeasurement" else f"{m['spearman']:.3f}"
         summary.add_row(SUMMARY_LABELS.get(name, name), f"{m['mape_pct']:.1f}%",
                         f"{m['median_ape_pct']:.1f}%",
                         f"{m['within_5pct']:.0%}", f"{m['within_10pct']:.0%}",
-                        f"{m['within_20pct']:.0%}", f"{m['spearman']:.3f}",
-                        style="dim" if name == "repeat" else None)
+                        f"{m['within_20pct']:.0%}", spearman,
+                        style="dim" if name == "remeasurement" else None)
     stdout.print(summary)
     if report.drift:
         d = report.drift
@@ -124,7 +129,6 @@ def show(report: EvalReport) -> None:
                      f"medians differ by {spread['median']:.1f}% (median over models, largest "
                      f"{spread['max']:.1f}%), the noise of the measurement itself; "
                      "'re-measurement' scores each round's median against the model's other "
-                     "rounds: how closely this machine repeats itself, a floor for the errors "
-                     "above")
+                     "rounds (models x rounds pairs): errors near it are within that noise")
     for note in report.notes:
         stdout.print(f"[dim]{note}[/]")
