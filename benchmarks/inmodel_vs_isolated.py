@@ -79,7 +79,7 @@ def main(db_path: str, device: str, spec: str, inp: str, threads: int,
         row = by_family[record_family(record)]
         row[0] += 1
         row[1] += in_model
-        row[2] += predictor._cache[record.key].p50_s
+        row[2] += predictor.estimate(record).p50_s
         for j, flusher in enumerate(flushers):
             if (record.key, j) not in alone:
                 alone[record.key, j] = _measure_config(record, "cpu", flusher,

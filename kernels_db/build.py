@@ -212,29 +212,21 @@ second pass needs fresh child processes (`profilers.isolate`): a process that ha
 thousands of op configs ran BERT 3.2x slower than a new one, so without isolation the zoo is
 timed once, first.
 
-The first pass may take the whole share (the second still gets `SECOND_PASS_MIN` of it, from
-the op sampling): a setting timed only in the second pass has no faster timing to fall back on. In a 10-minute 2-thread profile whose first
-pass had half the share, 12 of the 59 settings (all of vit_b_32, the transformer encoder, bert
-and gpt2, last in zoo order) were timed only at the end, in a slow spell (resnet50 ran 1.25x its
-first-pass time there); they came out 1.2-1.3x their time an hour later, pulled the weight
-re-read coefficient from 1.25 to 2.19, and the held-out CNNs at batch 1 were over-predicted by up
-to 25%. Re-timing the zoo's settings an hour later (its ops as profiled) gave 6.8% held-out MAPE
-instead of 7.3%, and 81% instead of 77% within 10%, against the same evaluation. Within a pass
-the settings go round the models (every model's first setting, then every model's second), so a
-pass cut short leaves out the last settings of the models that have the most, not whole models.
-The next profile (every setting timed in the first pass, 42 of 59 again in the second) scored
-6.1%, 5.6%, 5.0% and 5.9% MAPE on the README's four 2-thread sets, against 7.5%, 8.7%, 16.6% and
-9.5% before."""
+The first pass may take the whole share (the second still gets `SECOND_PASS_MIN` of it, from the op
+sampling): a setting timed only in the second pass has no faster timing to fall back on. In a
+10-minute 2-thread profile whose first pass had half the share, 12 of the 59 settings (all of
+vit_b_32, the transformer encoder, bert and gpt2, last in zoo order) were timed only at the end, in
+a slow spell (resnet50 ran 1.25x its first-pass time there); they came out 1.2-1.3x their time an
+hour later, pulled the weight re-read coefficient from 1.25 to 2.19, and the held-out CNNs at batch
+1 were over-predicted by up to 25%. Re-timing the zoo's settings an hour later (its ops as
+profiled) gave 6.8% held-out MAPE instead of 7.3%, and 81% instead of 77% within 10%, against the
+same evaluation. Within a pass the settings go round the models (every model's first setting, then
+every model's second), so a pass cut short leaves out the last settings of the models that have the
+most, not whole models. The next profile (every setting timed in the first pass, 42 of 59 again in
+the second) scored 6.1%, 5.6%, 5.0% and 5.9% MAPE on the README's four 2-thread sets, against 7.5%,
+8.7%, 16.6% and 9.5% before."""
 E2E_SHARE = 0.25  # of the budget for both passes together (about)
 SECOND_PASS_MIN = 0.25  # of that share, kept for the second pass even when the first used it all
-
-
-def second_pass_reserve(share_s: float, took_s: float, done: int, waiting: int) -> float:
-    """Seconds to keep back for the second end-to-end pass: what the first left of the share,
-    but at least `SECOND_PASS_MIN` of it (a first pass that used it all would leave no setting
-    its faster timing), and no more than the `waiting` settings take at the first pass's pace."""
-    pace_s = took_s / done if done else 3.0
-    return min(waiting * pace_s, max(share_s - took_s, SECOND_PASS_MIN * share_s))
 ZOO_RETIME_SHARE = 0.1
 """The zoo's op configs are timed first, in one short phase, and every model sharing them uses
 those medians as they are; a slow spell then biases all of them. So they are timed again after
@@ -243,6 +235,14 @@ the sampling (within this share of the budget) and each keeps its faster timing.
 in the previous profile, the rest 1.01-1.07x; mobilenet_v2's summed ops went from 0.75x to 1.02x
 of its end-to-end time.)"""
 E2E_MAX_TIME_S = 2.5  # per model and pass: most stop earlier, when their median is stable
+
+
+def second_pass_reserve(share_s: float, took_s: float, done: int, waiting: int) -> float:
+    """Seconds to keep back for the second end-to-end pass: what the first left of the share,
+    but at least `SECOND_PASS_MIN` of it (a first pass that used it all would leave no setting
+    its faster timing), and no more than the `waiting` settings take at the first pass's pace."""
+    pace_s = took_s / done if done else 3.0
+    return min(waiting * pace_s, max(share_s - took_s, SECOND_PASS_MIN * share_s))
 
 
 def measure_models(db: KernelDB, device_id: str, run_id: str, settings: ProfileSettings,

@@ -215,6 +215,12 @@ class Predictor:
         (n0, t0), (n1, t1) = below, above
         return t0 + (t1 - t0) * (n - n0) / (n1 - n0)
 
+    def estimate(self, record: OpRecord) -> OpEstimate:
+        """One op's estimate (from the per-key cache `estimate_ops` fills for many at once)."""
+        if record.key not in self._cache:
+            self.estimate_ops([record])
+        return self._cache[record.key]
+
     def estimate_ops(self, records: Iterable[OpRecord]) -> None:
         """Fill the per-key cache for `records`, one LightGBM call per family."""
         pending: dict[str, dict[str, OpRecord]] = defaultdict(dict)

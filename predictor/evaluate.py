@@ -18,10 +18,10 @@ setting's two timings, "now" is the faster of a reference's timing before and af
 timing after (and another reference before), four 2-thread evaluations of one profile measured
 drifts of 0.99, 1.03, 1.11 and 1.12, the last two from references timed after the models at
 1.2-1.4x while the evaluated models ran at their profiled speed (MAPE 16.4% session-anchored
-against 5.6% profile-anchored). A reference the profile timed only once is still set against
-one timing (its faster now), so its ratio leans low. It is not the default: on the dev VM the references' drift
-(1.076) overshot the held-out models' own (~1.04) in one session and helped in another, so it is
-a diagnosis of drift more than a cure.
+against 5.6% profile-anchored). A reference the profile timed only once is still set against one
+timing (its faster now), so its ratio leans low. It is not the default: on the dev VM the
+references' drift (1.076) overshot the held-out models' own (~1.04) in one session and helped in
+another, so it is a diagnosis of drift more than a cure.
 """
 
 from __future__ import annotations

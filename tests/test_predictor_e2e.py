@@ -134,9 +134,9 @@ def test_a_config_measured_at_two_batch_sizes_is_interpolated_between_them(tmp_p
         pred = Predictor.for_device(db, "dev1", cache_dir=tmp_path / "c")
     pred.estimate_ops([c4, c16])
     t1, t8 = synthetic_s(c1), synthetic_s(c8)
-    assert pred._cache[c4.key].source == "interpolated"
-    assert pred._cache[c4.key].p50_s == pytest.approx(t1 + (t8 - t1) * 3 / 7)
-    assert pred._cache[c16.key].source == "model"  # beyond the measured range: not extrapolated
+    assert pred.estimate(c4).source == "interpolated"
+    assert pred.estimate(c4).p50_s == pytest.approx(t1 + (t8 - t1) * 3 / 7)
+    assert pred.estimate(c16).source == "model"  # beyond the measured range: not extrapolated
 
 
 def test_exact_measured_config_wins_over_the_model(db_path, tmp_path, resnet):
@@ -291,7 +291,7 @@ def test_a_strided_conv_is_predicted_as_its_hidden_copy_plus_the_dense_conv(pred
     copy, dense = ops.dense_input_split(record)
     predictor.estimate_ops([record])
     predictor.estimate_ops([copy, dense])
-    got, parts = predictor._cache[record.key], [predictor._cache[p.key] for p in (copy, dense)]
+    got, parts = predictor.estimate(record), [predictor.estimate(p) for p in (copy, dense)]
     assert got.p50_s == pytest.approx(parts[0].p50_s + parts[1].p50_s)
     assert got.family == "conv" and parts[0].family == "data"
     assert got.p50_s > parts[1].p50_s > 0
