@@ -79,3 +79,15 @@ def test_layout_copies_include_gathers_the_zoo_rarely_has() -> None:
     strides = [ops.generic_features(r)["log_gather_stride"] for r in records]
     assert max(strides) >= 5  # a transposing copy reads every 32nd element or further apart
     assert min(strides) == 0  # and some copy whole rows (attention heads)
+
+
+def test_random_convs_include_grouped_ones_that_real_models_use():
+    convs = [r for r in sampling.random_records("conv", 80, seed=0) if r.op.endswith("conv2d.default")]
+    groups = {r.key: r.args[6] if len(r.args) > 6 else 1 for r in convs}
+    grouped = [r for r in convs if 1 < groups[r.key] < r.inputs[0].shape[1]]
+    dense = [r for r in convs if groups[r.key] == 1]
+    assert len(grouped) >= 0.05 * len(convs) and len(dense) >= 0.5 * len(convs)
+    for r in grouped:  # ResNeXt / RegNet shape: in = out channels, whole groups from the widths
+        cin, per_group = r.inputs[0].shape[1], r.inputs[1].shape[1]
+        assert r.inputs[1].shape[0] == cin and cin == per_group * groups[r.key]
+        assert per_group in sampling.GROUP_WIDTHS
