@@ -31,6 +31,7 @@ class ProfileSettings:
     budget_s: float = 600.0
     name: str | None = None
     models: tuple[str, ...] | None = None  # restrict the training zoo to these specs
+    added: tuple[str, ...] = ()  # the user's own models, profiled as part of the zoo
     batches: tuple[int, ...] | None = None
     e2e: bool = True
     seed: int = 0
@@ -84,7 +85,13 @@ def _zoo_cases(settings: ProfileSettings) -> list[zoo.ModelCase]:
         if not cases:
             known = ", ".join(e["spec"] for e in zoo.load_zoo()["training"])
             raise HwlatError(f"none of {', '.join(settings.models)} is in the training zoo; "
-                             f"pick from: {known}")
+                             f"pick from: {known}; profile other models with --add")
+    have = {(c.spec, c.inputs) for c in cases}
+    for spec in settings.added:
+        for case in zoo.added_cases(spec, batches=settings.batches):
+            if (case.spec, case.inputs) not in have:
+                have.add((case.spec, case.inputs))
+                cases.append(case)
     return cases
 
 
@@ -404,6 +411,7 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
         run_id = db.start_run(device_id, budget_s=settings.budget_s,
                               settings={"dtypes": list(settings.dtypes), "seed": settings.seed,
                                         "models": list(settings.models or []),
+                                        "added": list(settings.added),
                                         "tf32": _tf32_settings(settings.device)})
         report.run_id = run_id
         status = "interrupted"

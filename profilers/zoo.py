@@ -77,6 +77,24 @@ def training_cases(batches: list[int] | None = None) -> list[ModelCase]:
     return [c for e in load_zoo()["training"] for c in expand(e, batches=batches)]
 
 
+@cache  # a profile asks for its cases several times; a user's model is built once
+def added_cases(spec: str, *, batches: tuple[int, ...] | None = None) -> tuple[ModelCase, ...]:
+    """The cases of a model a user adds to the training zoo (`hwlat profile --add`): its own
+    default inputs at the zoo's image batches (or `batches`), in the architecture family its
+    name says, so the end-to-end fit holds it out with its relatives."""
+    from profilers.specs import load_model
+
+    path, sep, factory = spec.rpartition(":")
+    if sep and path.endswith(".py"):  # stored in the database: found again from any directory
+        spec = f"{Path(path).resolve()}:{factory}"
+    elif spec.endswith(".pt2"):
+        spec = str(Path(spec).resolve())
+    loaded = load_model(resolve_spec(spec), meta=True)
+    return tuple(ModelCase(loaded.spec, loaded.family or loaded.spec,
+                           tuple(str(i.with_batch(batch)) for i in loaded.inputs))
+                 for batch in batches or load_zoo()["settings"]["image_batches"])
+
+
 def training_families() -> set[str]:
     return {e["family"] for e in load_zoo()["training"]}
 

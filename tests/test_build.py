@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from profilers.ops import is_free
+
 REPO = Path(__file__).resolve().parents[1]
 QUICK = ["--models", "torchvision:squeezenet1_1", "--batch", "1", "--random-per-family", "3",
          "--threads", "1"]
@@ -200,3 +202,39 @@ def test_adaptive_rounds_sample_only_families_the_zoo_uses(tmp_path):
         assert build.adaptive_round(db, "dev", settings, round_no=1) > 0
         added = [c for c in db.configs("dev") if c.key not in before]
     assert added and {c.family for c in added} == {"conv"}
+
+
+def test_added_models_are_profiled_as_part_of_the_zoo(tmp_path, monkeypatch):
+    """`--add`: a model outside the zoo gets its ops planned and timed with the zoo's, and end-to-
+    end timings at the zoo's batches that the correction fits on, in its own family."""
+    from kernels_db import build
+    from kernels_db.store import KernelDB
+    from profilers import modelbench
+    from profilers.capture import capture_spec
+    from profilers.specs import parse_input_spec
+
+    timed: list[str] = []
+    monkeypatch.setattr(modelbench, "time_forward_isolated",
+                        lambda spec, inputs, **kw: timed.append(spec) or [0.01] * 5)
+    monkeypatch.setattr(build, "measure_configs", lambda *a, **kw: 0)
+    added = "torchvision:shufflenet_v2_x0_5"
+    settings = build.ProfileSettings(threads=1, budget_s=600, models=("torchvision:squeezenet1_1",),
+                                     added=(added,), batches=(1, 2), random_per_family=1)
+    with KernelDB.open(tmp_path / "k.db") as db:
+        report = build.profile_device(db, settings)
+        zoo_keys = {c.key for c in db.configs(report.device_id, source="zoo")}
+        rows = db.model_measurements(report.device_id, kind="e2e")
+    ops = capture_spec(added, inputs=[parse_input_spec("2x3x224x224")]).ops
+    assert {r.key for r in ops if not is_free(r)} <= zoo_keys
+    mine = [r for r in rows if r.model == added]
+    assert sorted(r.settings["batch"] for r in mine) == [1, 1, 2, 2]  # two passes
+    assert {r.family for r in mine} == {"shufflenet"}
+    assert timed.count(added) == 4
+
+
+def test_an_added_model_that_cannot_load_is_a_one_line_error(tmp_path):
+    proc = _hwlat(tmp_path / "k.db", "profile", "--budget", "10s", "--add", "torchvision:nope")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert err.strip().count("\n") == 0 and "unknown torchvision model" in err
+    assert not (tmp_path / "k.db").exists() or _count(tmp_path / "k.db") == 0

@@ -19,6 +19,10 @@ from kernels_db.build import ProfileSettings, check_settings, profile_device
 @click.option("--dtype", "dtypes", multiple=True, default=("float32",), show_default=True,
               type=click.Choice(["float32", "float16", "bfloat16"]), help="Repeatable.")
 @click.option("--models", help="Comma-separated training-zoo specs to restrict the zoo to.")
+@click.option("--add", "added", multiple=True, metavar="MODEL",
+              help="Profile this model too, ops and end to end, as part of the training zoo "
+                   "(its default inputs at the zoo's batches): predictions for it and its "
+                   "variants then rest on its own measurements. Repeatable.")
 @click.option("--batch", "batches", multiple=True, type=click.IntRange(min=1),
               help="Profile the zoo at these batch sizes only (repeatable).")
 @click.option("--no-e2e", is_flag=True, help="Skip end-to-end model measurements.")
@@ -27,7 +31,7 @@ from kernels_db.build import ProfileSettings, check_settings, profile_device
 @click.option("--seed", default=0, show_default=True)
 @json_option
 @click.pass_context
-def profile(ctx, device, threads, budget, name, dtypes, models, batches, no_e2e,
+def profile(ctx, device, threads, budget, name, dtypes, models, added, batches, no_e2e,
             random_per_family, seed, as_json):
     """Profile DEVICE once: per-op latencies and model latencies, within a time budget.
 
@@ -36,6 +40,7 @@ def profile(ctx, device, threads, budget, name, dtypes, models, batches, no_e2e,
     settings = ProfileSettings(
         device=device, threads=threads, dtypes=tuple(dtypes), budget_s=budget, name=name,
         models=tuple(m.strip() for m in models.split(",")) if models else None,
+        added=tuple(added),
         batches=tuple(batches) or None, e2e=not no_e2e, seed=seed,
         random_per_family=random_per_family)
     check_settings(settings)
