@@ -11,7 +11,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -93,6 +93,26 @@ def _zoo_cases(settings: ProfileSettings) -> list[zoo.ModelCase]:
                 have.add((case.spec, case.inputs))
                 cases.append(case)
     return cases
+
+
+def _added_specs(settings: ProfileSettings) -> list[str]:
+    """The `--add` models as the database stores them (file specs made absolute)."""
+    return list(dict.fromkeys(c.spec for spec in settings.added
+                              for c in zoo.added_cases(spec, batches=settings.batches)))
+
+
+def _with_earlier_added(db: KernelDB, device_id: str, settings: ProfileSettings) -> ProfileSettings:
+    """Settings that keep the models earlier runs of this device added (a resumed profile
+    without `--add` still gives them their second end-to-end pass); one that no longer loads
+    is left out."""
+    earlier = []
+    for spec in dict.fromkeys(s for run in db.runs(device_id) for s in run.settings.get("added", [])):
+        try:
+            zoo.added_cases(spec, batches=settings.batches)
+        except HwlatError:
+            continue
+        earlier.append(spec)
+    return replace(settings, added=tuple(dict.fromkeys([*earlier, *settings.added])))
 
 
 def check_settings(settings: ProfileSettings) -> None:
@@ -401,6 +421,7 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
     device_id = fp.device_id
     db.upsert_device(fp.to_json(), device_id=device_id, kind=fp.kind, threads=fp.threads,
                      name=settings.name)
+    settings = _with_earlier_added(db, device_id, settings)
     report = ProfileReport(device_id=device_id, run_id="")
     with thread_count(fp.threads):
         if db.get_device(device_id).peaks is None:
@@ -411,7 +432,7 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
         run_id = db.start_run(device_id, budget_s=settings.budget_s,
                               settings={"dtypes": list(settings.dtypes), "seed": settings.seed,
                                         "models": list(settings.models or []),
-                                        "added": list(settings.added),
+                                        "added": _added_specs(settings),
                                         "tf32": _tf32_settings(settings.device)})
         report.run_id = run_id
         status = "interrupted"

@@ -335,6 +335,10 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
                                   dev.kind, case.dtype)
                      for case, cap in zip(cases, captured, strict=True)]
     notes = [note] if note else []
+    profiled = {r.spec for r in predictor.cached_model_rows()}  # what the correction fits on
+    if in_sample := sorted({c.spec for c in cases} & profiled):
+        notes.append("timed end to end by this device's profile (the zoo or `profile --add`), so "
+                     f"not unseen: {', '.join(in_sample)}")
     if anchor == "session" and drift is None:
         notes.append("no training-zoo references under "
                      f"{DRIFT_MAX_S * 1e3:.0f} ms on this device: predictions not re-anchored")

@@ -15,6 +15,10 @@ class SpecError(HwlatError):
     """A model or input spec cannot be parsed or loaded."""
 
 
+class NoDefaultInputs(SpecError):
+    """A model spec that loads but has no default inputs to run it with."""
+
+
 class CaptureError(HwlatError):
     """A model cannot be traced into its operator list."""
 

@@ -165,17 +165,19 @@ def _fit_spatial(n: int, c: int, hw: int) -> int:
     return hw
 
 
-GROUPED_SHARE = 0.2  # of the random non-depthwise convs
-GROUP_WIDTHS = (2, 4, 8, 16, 24, 32, 48, 64, 128)
-"""Grouped convs (ResNeXt, RegNet and many timm models: 2-256 groups of 4-128 channels, in = out,
-almost all 3x3) are neither dense nor depthwise, and a training zoo holds one group width at most
-(RegNet-Y 400MF: 8), so without random ones the conv model extrapolated every other width. Measured
-at 2 threads here (`benchmarks/grouped_convs.py`, 4 runs): adding the ~260 grouped convs that 40
-random rounds draw to a 10-minute profile's database took the 92 grouped convs of 8 unseen models
+GROUPED_SHARE = 0.2
+"""Of the random non-depthwise convs, the share drawn grouped (ResNeXt, RegNet and many timm
+models: 2-256 groups of 2-128 channels, in = out, almost all 3x3). They are neither dense nor
+depthwise, and a training zoo holds one group width (RegNet-Y 400MF: 8), so without random ones
+the conv model extrapolated every other width. What such configs are worth, measured at 2 threads
+here (`benchmarks/grouped_convs.py`, 5 runs, the machine at a different speed in each): adding
+~260 random grouped convs (those of 40 random rounds; a 10-minute profile draws a few dozen, in
+its plan and adaptive rounds) to a profile's database took the 92 grouped convs of 8 unseen models
 (RegNet-X/Y 800MF, RegNet-X 1.6GF, ResNeXt-50, timm's resnext26ts, seresnext26d, regnetz_005,
-haloregnetz_b; batch 1 and 8) from 21.0-22.1% to 19.1-20.6% MAPE, groups of 24 channels at batch 8
-from 27% to 19%; their dense convs went from 9.9-11.1% to 10.5-12.0%. A small gain: groups of 4
-channels stay under-predicted (0.45-0.75x, a slow path), groups of 16 at batch 1 over (1.2x)."""
+haloregnetz_b; batch 1 and 8) from 21.0-22.1% to 17.2-20.6% MAPE, groups of 24 channels at batch
+8 from 27% to 19%; their dense convs went from 9.9-14.6% to 10.5-13.8%. A small gain: groups of
+4 channels stay under-predicted (0.5-0.75x, a slow path), groups of 16 at batch 1 over (1.2x)."""
+GROUP_WIDTHS = (2, 4, 8, 16, 24, 32, 48, 64, 128)
 
 
 def _conv(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
@@ -187,7 +189,7 @@ def _conv(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
     groups = cin if depthwise else 1
     if not depthwise and rng.random() < GROUPED_SHARE:
         width = rng.choice(GROUP_WIDTHS)
-        groups = min(_log_uniform(rng, 2, 256), 2048 // width)
+        groups = _log_uniform(rng, 2, min(256, 2048 // width))
         cin = cout = groups * width
         k = rng.choice((3, 3, 3, 1, 5))  # almost all are 3x3
     hw = _spatial(rng)
@@ -197,6 +199,7 @@ def _conv(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
     per_pixel = 2 * k * k * cout * (cin // groups) / stride**2
     while hw > 1 and n * hw * hw * per_pixel > MAX_RANDOM_GFLOP * 1e9:
         hw //= 2
+    hw = _fit_spatial(n, max(cin, cout), hw)
     mod = nn.Conv2d(cin, cout, k, stride, padding=k // 2, groups=groups, bias=rng.random() < 0.5)
     return mod, [(n, cin, max(hw, k // 2 + 1), max(hw, k // 2 + 1))], rng.random() < 0.3
 

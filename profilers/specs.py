@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from profilers.errors import SpecError
+from profilers.errors import NoDefaultInputs, SpecError
 from profilers.oprecord import TensorSpec, _contiguous_strides, dtype_from_name
 
 _DEFAULT_IMAGE = (1, 3, 224, 224)
@@ -142,7 +142,8 @@ def load_model(
     chosen = [_as_input_spec(i) for i in inputs] if inputs else built.inputs
     if not chosen:
         takes = f" (it takes {', '.join(built.input_names)})" if built.input_names else ""
-        raise SpecError(f"{spec}: no default inputs for this model{takes}; pass them with --input")
+        raise NoDefaultInputs(f"{spec}: no default inputs for this model{takes}; pass them with "
+                              "--input")
     if batch is not None:
         chosen = [i.with_batch(batch) for i in chosen]
     return LoadedModel(spec, _eval(built.model), chosen, built.vocab, built.preprocess,

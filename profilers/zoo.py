@@ -77,22 +77,41 @@ def training_cases(batches: list[int] | None = None) -> list[ModelCase]:
     return [c for e in load_zoo()["training"] for c in expand(e, batches=batches)]
 
 
-@cache  # a profile asks for its cases several times; a user's model is built once
 def added_cases(spec: str, *, batches: tuple[int, ...] | None = None) -> tuple[ModelCase, ...]:
     """The cases of a model a user adds to the training zoo (`hwlat profile --add`): its own
-    default inputs at the zoo's image batches (or `batches`), in the architecture family its
-    name says, so the end-to-end fit holds it out with its relatives."""
+    default inputs at the zoo's image batches (or `batches`), in the zoo's family its name
+    starts with (`timm:mobilenetv3_large_100`: mobilenet_v3), else the family its spec names,
+    so the end-to-end fit holds it out with its relatives. A file spec is made absolute (it is
+    stored in the database and found again from any directory)."""
+    path, sep, factory = spec.rpartition(":")
+    if sep and path.endswith(".py") and Path(path).is_file():
+        spec = f"{Path(path).resolve()}:{factory}"
+    elif spec.endswith(".pt2") and Path(spec).is_file():
+        spec = str(Path(spec).resolve())
+    return _added_cases(resolve_spec(spec), batches)
+
+
+@cache  # a profile asks for its cases several times; a user's model is built once
+def _added_cases(spec: str, batches: tuple[int, ...] | None) -> tuple[ModelCase, ...]:
+    from profilers.errors import NoDefaultInputs
     from profilers.specs import load_model
 
-    path, sep, factory = spec.rpartition(":")
-    if sep and path.endswith(".py"):  # stored in the database: found again from any directory
-        spec = f"{Path(path).resolve()}:{factory}"
-    elif spec.endswith(".pt2"):
-        spec = str(Path(spec).resolve())
-    loaded = load_model(resolve_spec(spec), meta=True)
-    return tuple(ModelCase(loaded.spec, loaded.family or loaded.spec,
+    try:
+        loaded = load_model(spec, meta=True)
+    except NoDefaultInputs:
+        raise NoDefaultInputs(
+            f"{spec}: no default inputs to profile it with; add it as a file.py:FACTORY that "
+            "returns {'model': ..., 'inputs': ['1x3x224x224']}") from None
+    name = spec.rpartition(":")[2].replace("_", "").replace("-", "").lower()
+    zoo_family = max((f for f in _zoo_families() if name.startswith(f.replace("_", ""))),
+                     key=len, default=None)
+    return tuple(ModelCase(loaded.spec, zoo_family or loaded.family or loaded.spec,
                            tuple(str(i.with_batch(batch)) for i in loaded.inputs))
                  for batch in batches or load_zoo()["settings"]["image_batches"])
+
+
+def _zoo_families() -> set[str]:
+    return {e["family"] for e in (*load_zoo()["training"], *load_zoo()["heldout"])}
 
 
 def training_families() -> set[str]:

@@ -78,6 +78,9 @@ def test_evaluate_reports_each_model_and_both_baselines(predictor, tmp_path):
     assert set(report.summary) == {"hwlat", "flops", "roofline"}
     assert report.summary["hwlat"]["mape_pct"] == pytest.approx(
         sum(abs(r.error_pct) for r in report.rows) / 2)
+    # both were timed end to end by the profile the predictor was fitted on: said, not hidden
+    assert any("not unseen: torchvision:resnet18, torchvision:squeezenet1_1" in n
+               for n in report.notes)
     data = json.loads(json.dumps(report.to_json()))
     assert len(data["models"]) == 2 and data["summary"]["flops"]["n"] == 2
     report.plot(str(tmp_path / "eval.png"))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from profilers import zoo
+from profilers.errors import SpecError
 
 
 def test_training_cases_cover_batches_resolutions_and_sequences():
@@ -31,3 +34,22 @@ def test_held_out_families_are_never_trained_on():
     unseen = zoo.heldout_entries(only_unseen_families=True)
     assert unseen and not {e["family"] for e in unseen} & zoo.training_families()
     assert len(zoo.heldout_entries()) > len(unseen)
+
+
+def test_added_models_take_their_default_inputs_and_the_zoo_family_their_name_starts_with(
+        tmp_path, monkeypatch) -> None:
+    (tmp_path / "net.py").write_text(
+        "import torch.nn as nn\n"
+        "def build():\n"
+        "    return {'model': nn.Conv2d(3, 8, 3), 'inputs': ['1x3x32x32']}\n"
+        "def bare():\n"
+        "    return nn.Conv2d(3, 8, 3)\n")
+    monkeypatch.chdir(tmp_path)
+    mine = zoo.added_cases("net.py:build", batches=(1, 4))
+    assert [c.inputs for c in mine] == [("1x3x32x32",), ("4x3x32x32",)]
+    assert mine[0].spec == f"{tmp_path / 'net.py'}:build"  # absolute: found from anywhere
+    timm = zoo.added_cases("timm:mobilenetv3_large_100", batches=(8,))
+    assert timm[0].family == "mobilenet_v3" and timm[0].inputs == ("8x3x224x224",)
+    assert zoo.added_cases("torchvision:efficientnet_v2_s")[0].family == "efficientnet_v2"
+    with pytest.raises(SpecError, match="no default inputs to profile it with"):
+        zoo.added_cases("net.py:bare")
