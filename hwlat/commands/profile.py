@@ -20,9 +20,9 @@ from kernels_db.build import ProfileSettings, check_settings, profile_device
               type=click.Choice(["float32", "float16", "bfloat16"]), help="Repeatable.")
 @click.option("--models", help="Comma-separated training-zoo specs to restrict the zoo to.")
 @click.option("--add", "added", multiple=True, metavar="MODEL",
-              help="Profile this model too, ops and end to end, as part of the training zoo "
-                   "(its default inputs at the zoo's batches): predictions for it and its "
-                   "variants then rest on its own measurements. Repeatable.")
+              help="Profile this model too, ops and end to end, as part of the training zoo, "
+                   "at its default inputs (a file.py:FACTORY returns {'model', 'inputs'}) and "
+                   "the zoo's batches; later runs keep it. Repeatable.")
 @click.option("--batch", "batches", multiple=True, type=click.IntRange(min=1),
               help="Profile the zoo at these batch sizes only (repeatable).")
 @click.option("--no-e2e", is_flag=True, help="Skip end-to-end model measurements.")
