@@ -178,3 +178,15 @@ def test_default_cache_dir_is_per_device_and_database(tmp_path, monkeypatch):
     b = model_store.default_cache_dir("dev1", tmp_path / "b.db")
     assert a.parent == tmp_path / "hwlat" / "models" and a != b
     assert a.name.startswith("dev1-")
+
+
+@pytest.mark.parametrize(("log_cv", "residual_cv", "chosen"), [
+    (0.145, 0.150, "roofline_residual"),  # within noise: the residual extrapolates better
+    (0.214, 0.299, "log"),  # clearly better
+    (0.300, 0.250, "roofline_residual")])
+def test_log_target_must_win_clearly(monkeypatch, log_cv, residual_cv, chosen) -> None:
+    cv = {"log": log_cv, "roofline_residual": residual_cv}
+    monkeypatch.setattr(model_store, "cross_validate", lambda *a, target, **kw: cv[target])
+    x, y = np.zeros((model_store.CV_MIN_ROWS, 3)), np.ones(model_store.CV_MIN_ROWS)
+    got, scores = model_store._choose_target("conv", x, y, None, ["g"] * len(x), "auto", {})
+    assert got == chosen and scores == cv
