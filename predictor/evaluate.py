@@ -34,6 +34,7 @@ import numpy as np
 
 from kernels_db.store import KernelDB
 from predictor.baselines import FlopsLinear, RooflineScaled
+from predictor.correction import ModelRow
 from predictor.e2e import Predictor
 from profilers.capture import capture_spec
 from profilers.errors import NotFittedError
@@ -276,8 +277,8 @@ class EvalReport:
         plt.close(fig)
 
 
-def _baselines(predictor: Predictor) -> tuple[FlopsLinear | None, RooflineScaled | None, str]:
-    rows = predictor.cached_model_rows()
+def _baselines(predictor: Predictor, rows: Sequence[ModelRow]
+               ) -> tuple[FlopsLinear | None, RooflineScaled | None, str]:
     try:
         return (FlopsLinear().fit(rows), RooflineScaled(predictor.models.peaks).fit(rows), "")
     except NotFittedError as e:
@@ -305,7 +306,8 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     dev = predictor.device
     if measure_fn is None:
         measure_fn, subnormal_fn = time_model, subnormal_fn or model_subnormal_share
-    flops_base, roof_base, note = _baselines(predictor)
+    fitted_rows = predictor.cached_model_rows()  # the profile's end-to-end settings
+    flops_base, roof_base, note = _baselines(predictor, fitted_rows)
     captured = []
     for case in cases:  # all captures first: nothing but the model runs while it is timed
         captured.append(capture_spec(case.spec, inputs=[parse_input_spec(s) for s in case.inputs]
@@ -335,8 +337,7 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
                                   dev.kind, case.dtype)
                      for case, cap in zip(cases, captured, strict=True)]
     notes = [note] if note else []
-    profiled = {r.spec for r in predictor.cached_model_rows()}  # what the correction fits on
-    if in_sample := sorted({c.spec for c in cases} & profiled):
+    if in_sample := sorted({c.spec for c in cases} & {r.spec for r in fitted_rows}):
         notes.append("timed end to end by this device's profile (the zoo or `profile --add`), so "
                      f"not unseen: {', '.join(in_sample)}")
     if anchor == "session" and drift is None:
