@@ -208,20 +208,69 @@ def list_torchvision_classification() -> list[str]:
     return sorted(torchvision.models.list_models(module=torchvision.models))
 
 
+TORCHVISION_TASKS = ("segmentation", "video", "optical_flow")
+"""torchvision's model modules besides classification that `torchvision:NAME` builds: each takes
+tensors of a fixed shape (`_torchvision_task_inputs`). Detection models take
+lists of images and their output size depends on the values (non-maximum suppression), which
+capture without running cannot follow; quantized models run int8 kernels the profile does not
+time."""
+_RAFT_IMAGE = (1, 3, 368, 496)  # RAFT's FlyingChairs training crop; any multiple of 8 works
+
+
+def _torchvision_task(name: str) -> str | None:
+    """The TORCHVISION_TASKS module a model name is in, else None."""
+    torchvision = _require("torchvision", "torchvision")
+
+    for task in TORCHVISION_TASKS:
+        if name in torchvision.models.list_models(module=getattr(torchvision.models, task)):
+            return task
+    return None
+
+
+def _torchvision_task_inputs(name: str, task: str) -> list[InputSpec]:
+    """Default inputs from the model's own weights metadata: segmentation at its resize size
+    (520x520), video clips of the documented clip length at the crop size (16x112x112 for r3d,
+    32x224x224 for swin3d), optical flow as two frames."""
+    from torchvision.models import get_model_weights
+
+    if task == "optical_flow":
+        return [InputSpec(_RAFT_IMAGE), InputSpec(_RAFT_IMAGE)]
+    weights = get_model_weights(name).DEFAULT
+    transforms = weights.transforms()
+    if task == "segmentation":
+        side = transforms.resize_size[0]
+        return [InputSpec((1, 3, side, side))]
+    clip = re.search(r"clip_len=(\d+)", weights.meta.get("_docs", ""))
+    height, width = transforms.crop_size
+    return [InputSpec((1, 3, int(clip.group(1)) if clip else 16, height, width))]
+
+
 def _build_torchvision(name: str) -> _Built:
     torchvision = _require("torchvision", "torchvision")
 
     classification = list_torchvision_classification()
-    if name not in classification:
-        if name in torchvision.models.list_models():
-            raise SpecError(f"torchvision:{name} is not a classification model; only "
-                            "classification is supported, wrap others in a file.py:FACTORY")
-        raise _unknown("torchvision", name, classification,
-                       "see torchvision.models.list_models(module=torchvision.models)")
+    task = None if name in classification else _torchvision_task(name)
+    if name not in classification and task is None:
+        if name in torchvision.models.list_models(module=torchvision.models.detection):
+            raise SpecError(f"torchvision:{name} is a detection model: it takes a list of images "
+                            "and its output size depends on the values (non-maximum "
+                            "suppression), which capture cannot follow; predict its backbone "
+                            "or wrap the part you deploy in a file.py:FACTORY")
+        if name in torchvision.models.list_models(module=torchvision.models.quantization):
+            raise SpecError(f"torchvision:{name} is a quantized model: the profile times float "
+                            f"kernels; predict torchvision:{name.removeprefix('quantized_')} and "
+                            "ask `hwlat advise` about int8")
+        raise _unknown("torchvision", name, sorted(torchvision.models.list_models()),
+                       "see torchvision.models.list_models()")
+    kwargs = {"weights_backbone": None} if task == "segmentation" else {}  # no download
     with warnings.catch_warnings():  # e.g. GoogLeNet's note on its future default init
         warnings.simplefilter("ignore", (FutureWarning, UserWarning))
-        model = torchvision.models.get_model(name, weights=None)
-    return _Built(model, [InputSpec(_DEFAULT_IMAGE)], family_of(name))
+        model = torchvision.models.get_model(name, weights=None, **kwargs)
+    if task is None:
+        return _Built(model, [InputSpec(_DEFAULT_IMAGE)], family_of(name))
+    # video names carry their family before the underscore (r3d_18, r2plus1d_18, swin3d_t)
+    family = name.split("_")[0] if task == "video" else family_of(name)
+    return _Built(model, _torchvision_task_inputs(name, task), family)
 
 
 def _require(module: str, kind: str):

@@ -183,6 +183,20 @@ def test_capture_spec_and_json_round_trip() -> None:
     assert all(OpRecord.from_json(r.to_json()) == r for r in result.ops)
 
 
+@pytest.mark.parametrize("spec, last_op, out_shape", [
+    ("torchvision:lraspp_mobilenet_v3_large", "aten.upsample_bilinear2d.vec", (1, 21, 96, 96)),
+    ("torchvision:r2plus1d_18", "aten.linear.default", (1, 400)),
+])
+def test_capture_segmentation_and_video(spec, last_op, out_shape) -> None:
+    # a dict output (segmentation) and 5-D inputs (video) capture like classifiers
+    small = "1x3x96x96" if "lraspp" in spec else "1x3x4x32x32"
+    result = capture_spec(spec, inputs=[parse_input_spec(small)])
+    timed = [r for r in result.ops if r.op != "aten.view.default"]
+    assert timed[-1].op == last_op and timed[-1].outputs[0].shape == out_shape
+    if "r2plus1d" in spec:
+        assert any(r.op == "aten.conv3d.default" for r in result.ops)
+
+
 class _Head(nn.Module):
     """A conv block plus a hand-written linear layer that reads its weight through a view."""
 

@@ -81,6 +81,24 @@ def test_torchvision_listing() -> None:
     assert "fasterrcnn_resnet50_fpn" not in names
 
 
+@pytest.mark.parametrize("name, family, inputs", [
+    ("deeplabv3_mobilenet_v3_large", "deeplab", [(1, 3, 520, 520)]),
+    ("r3d_18", "r3d", [(1, 3, 16, 112, 112)]),
+    ("swin3d_t", "swin3d", [(1, 3, 32, 224, 224)]),
+    ("raft_small", "raft", [(1, 3, 368, 496), (1, 3, 368, 496)]),
+])
+def test_torchvision_segmentation_video_and_flow(name, family, inputs) -> None:
+    # default inputs come from the weights' metadata (resize size, crop size, clip length)
+    loaded = load_model(f"torchvision:{name}", meta=True, batch=2)
+    assert loaded.family == family and loaded.built_on == "meta"
+    assert loaded.inputs == [InputSpec((2, *shape[1:])) for shape in inputs]
+
+
+def test_torchvision_video_model_runs_on_its_inputs() -> None:
+    loaded = load_model("torchvision:r3d_18", inputs=["1x3x4x32x32"])
+    assert loaded.model(*loaded.make_inputs()).shape == (1, 400)
+
+
 def test_timm_small_model() -> None:
     loaded = load_model("timm:mobilenetv3_small_050", meta=True)
     assert loaded.family == "mobilenet" and loaded.built_on == "meta"
@@ -185,7 +203,8 @@ def test_pt2_archive(tmp_path) -> None:
 
 @pytest.mark.parametrize("spec, message", [
     ("torchvision:resnet1", "did you mean: resnet18"),
-    ("torchvision:fasterrcnn_resnet50_fpn", "not a classification model"),
+    ("torchvision:fasterrcnn_resnet50_fpn", "is a detection model"),
+    ("torchvision:quantized_resnet18", "predict torchvision:resnet18"),
     ("timm:resnet_18", "did you mean: resnet18"),
     ("hf:bertt", "did you mean: bert"),
     ("foo:bar", "use torchvision:NAME"),
