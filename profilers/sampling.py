@@ -272,6 +272,40 @@ def _norm_act(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], boo
     return nn.Sequential(nn.LayerNorm(c), act), [(rng.choice((1, 8)), seq, c)], False
 
 
+class _Reduce(nn.Module):
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+
+    def forward(self, x):
+        if self.kind == "softmax":
+            return torch.softmax(x, dim=-1)
+        if self.kind == "log_softmax":
+            return torch.log_softmax(x, dim=-1)
+        if self.kind == "spatial_mean":  # squeeze-and-excitation, global pooling by hand
+            return x.mean((2, 3), keepdim=True)
+        if self.kind == "amax":
+            return x.amax(dim=-1)
+        return x.sum(dim=-1)
+
+
+def _reduce(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
+    """Reductions a model writes by hand: softmax over attention scores (b, heads, q, k),
+    a spatial mean (squeeze-and-excitation), sums and maxima over the last dim. A training zoo
+    of CNNs has almost none; without these the family had no model after a short profile."""
+    kind = rng.choice(("softmax", "softmax", "spatial_mean", "log_softmax", "amax", "sum"))
+    n = rng.choice((1, 1, 8))
+    if kind == "spatial_mean":
+        c = _channels(rng, 16, 2048)
+        return _Reduce(kind), [(n, c, *(2 * [_fit_spatial(n, c, _spatial(rng))]))], False
+    if kind == "log_softmax":
+        return _Reduce(kind), [(n, rng.choice((1000, 1000, 21843, 32000, 50257)))], False
+    heads, seq = rng.choice((1, 3, 4, 8, 12, 16)), rng.choice((16, 49, 64, 128, 197, 256, 512, 1024))
+    while n * heads * seq * seq > MAX_RANDOM_NUMEL // 4 and seq > 16:
+        seq //= 2
+    return _Reduce(kind), [(n, heads, seq, seq)], False
+
+
 class _Binary(nn.Module):
     def forward(self, a, b):
         return a * torch.sigmoid(b) + a
@@ -323,6 +357,7 @@ GENERATORS: dict[str, Callable[[random.Random], tuple[nn.Module, list[tuple[int,
     "pool": _pool,
     "norm": _norm_act,
     "eltwise": _eltwise,
+    "reduce": _reduce,
     "data": _layout_copy,
 }
 """Random-config generators, one per op family: a module, its input shapes, channels_last."""
