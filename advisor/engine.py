@@ -25,7 +25,7 @@ from kernels_db.store import KernelDB
 from predictor.e2e import Prediction, Predictor
 from profilers.capture import capture
 from profilers.errors import AdvisorError, HwlatError
-from profilers.specs import load_model
+from profilers.specs import load_model, with_batch
 
 PERCENTILES = {"p95": 0.95, "p99": 0.99}
 CURVE_BATCHES = (1, 2, 4, 8)
@@ -185,8 +185,7 @@ class _Advisor:
         self.say("predicting the latency-vs-batch curve")
         points = {}
         for b in sizes:
-            ops = self.capture(self.ctx.model, [self.ctx.inputs[0].with_batch(b),
-                                                *self.ctx.inputs[1:]])
+            ops = self.capture(self.ctx.model, with_batch(self.ctx.inputs, b))
             points[b] = self.predictor.predict_ops(ops).p50_ms / 1e3
         self.curve = BatchCurve(points, self.spread.noise)
         self.base_sim = self.sim(self.curve, self.serving())
@@ -227,7 +226,7 @@ class _Advisor:
         else:
             inputs = v.inputs or self.ctx.inputs
             if v.batch is not None:
-                inputs = [inputs[0].with_batch(v.batch), *inputs[1:]]
+                inputs = with_batch(inputs, v.batch)
             model = self.ctx.model if (v.build is None and v.spec is None) else \
                 v.model(self.ctx.model)
             ops = self.capture(model, inputs, dtype=v.dtype, channels_last=v.channels_last)

@@ -124,19 +124,23 @@ class CastInputs(nn.Module):
 
 
 class ResizeInputs(nn.Module):
-    """Downscales image inputs (bilinear) or truncates token inputs before `model`."""
+    """Downscales image inputs (bilinear) or truncates token inputs before `model`: the first
+    input and every other shaped like it (two frames; token ids and their attention mask)."""
 
     def __init__(self, model: nn.Module, shape: tuple[int, ...]) -> None:
         super().__init__()
         self.model, self.shape = model, shape
 
     def forward(self, x: torch.Tensor, *rest: Any) -> Any:
+        first = x.shape
+        return self.model(*(self._resize(t) if torch.is_tensor(t) and t.shape == first else t
+                            for t in (x, *rest)))
+
+    def _resize(self, x: torch.Tensor) -> torch.Tensor:
         if x.is_floating_point():
-            x = nn.functional.interpolate(x, size=self.shape[2:], mode="bilinear",
-                                          align_corners=False)
-        else:
-            x = x[:, : self.shape[1]]
-        return self.model(x, *rest)
+            return nn.functional.interpolate(x, size=self.shape[2:], mode="bilinear",
+                                             align_corners=False)
+        return x[:, : self.shape[1]]
 
 
 def _to_float(out: Any) -> Any:
@@ -231,7 +235,8 @@ def _round8(x: float) -> int:
 
 
 def _resized(ctx: LeverContext, shape: tuple[int, ...], label: str) -> Variant:
-    inputs = [replace(ctx.inputs[0], shape=shape), *ctx.inputs[1:]]
+    first = ctx.inputs[0].shape  # inputs shaped like the first are resized with it (RAFT's frames)
+    inputs = [replace(i, shape=shape) if i.shape == first else i for i in ctx.inputs]
     return Variant("input_size", label, {"shape": list(shape)}, inputs=inputs,
                    wrap=lambda m, s=shape: ResizeInputs(m, s))
 

@@ -32,6 +32,7 @@ from profilers.errors import AdvisorError, HwlatError
 from profilers.loadtest import model_batch_runner, poisson_arrivals, run_load
 from profilers.modelbench import bench_model
 from profilers.oprecord import dtype_from_name
+from profilers.specs import with_batch
 from profilers.timer import thread_count
 
 FIDELITY_SAMPLES = 16
@@ -128,11 +129,11 @@ class Verifier:
             model = copy.deepcopy(model).to(dtype)
         inputs = list(v.inputs or self.ctx.inputs)
         if v.batch is not None:
-            inputs = [inputs[0].with_batch(v.batch), *inputs[1:]]
+            inputs = with_batch(inputs, v.batch)
         threads = v.threads or self.ctx.device.threads
 
         def make(batch: int | None = None) -> list[torch.Tensor]:
-            specs = inputs if batch is None else [inputs[0].with_batch(batch), *inputs[1:]]
+            specs = inputs if batch is None else with_batch(inputs, batch)
             made = [s.make("cpu", self.ctx.loaded.vocab) for s in specs]
             made = [t.to(dtype) if t.is_floating_point() else t for t in made]
             if v.channels_last:

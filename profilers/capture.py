@@ -353,6 +353,7 @@ def capture(
         fake_inputs = [_fake_input(x, mode, device, floating, channels_last) for x in inputs]
     except (RuntimeError, AssertionError) as e:
         raise CaptureError(f"cannot fake tensors on {device}: {e}") from e
+    attributes = _attributes(model)
     for store, name, _, fake in swaps:
         store[name] = fake
     try:
@@ -361,7 +362,29 @@ def capture(
     finally:
         for store, name, original, _ in swaps:
             store[name] = original
+        _restore_attributes(model, attributes)
     return recorder.records
+
+
+def _attributes(model: nn.Module) -> list[tuple[nn.Module, dict[str, Any]]]:
+    """Every module's plain attributes (what `forward` may set besides parameters and buffers)."""
+    return [(m, dict(m.__dict__)) for m in model.modules()]
+
+
+def _restore_attributes(model: nn.Module, before: list[tuple[nn.Module, dict[str, Any]]]) -> None:
+    """Undo what the forward assigned to module attributes: a module that caches a tensor of its
+    forward (torchvision RAFT keeps its correlation pyramid) would otherwise keep a fake one,
+    and copying the model afterwards corrupted the heap."""
+    for module, old in before:
+        now = module.__dict__
+        for name in [n for n in now if n not in old]:
+            del now[name]
+        for name, value in old.items():
+            if now.get(name, _MISSING) is not value:
+                now[name] = value
+
+
+_MISSING = object()
 
 
 def record_real(

@@ -73,6 +73,13 @@ class InputSpec:
         return cls(tuple(int(s) for s in t.shape), str(t.dtype).removeprefix("torch."))
 
 
+def with_batch(inputs: list[InputSpec], n: int) -> list[InputSpec]:
+    """The inputs at batch `n`: every one whose first dimension is the first input's, since a
+    model's inputs go together (RAFT's two frames, CLIP's pixels and token ids)."""
+    lead = inputs[0].shape[0] if inputs and inputs[0].shape else None
+    return [i.with_batch(n) if i.shape and i.shape[0] == lead else i for i in inputs]
+
+
 def parse_input_spec(text: str) -> InputSpec:
     """`1x3x224x224` (float32) or `int64:1x128` as an InputSpec; SpecError on anything else."""
     hint = "expected e.g. 1x3x224x224 or int64:1x128"

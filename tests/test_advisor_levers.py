@@ -13,7 +13,7 @@ from advisor.verify import fidelity, spearman
 from kernels_db.store import KernelDB
 from profilers import ops
 from profilers.capture import capture
-from profilers.specs import load_model
+from profilers.specs import InputSpec, load_model, with_batch
 
 IMAGE = ["1x3x64x64"]
 FINGERPRINT = {"kind": "cpu", "model": "Test CPU", "cores": {"physical": 2},
@@ -138,6 +138,24 @@ def test_resize_wrapper_feeds_the_smaller_input():
     lv.ResizeInputs(Probe(), (1, 3, 16, 16))(torch.randn(1, 3, 32, 32))
     lv.ResizeInputs(Probe(), (1, 8))(torch.zeros(1, 32, dtype=torch.int64))
     assert seen == [(1, 3, 16, 16), (1, 8)]
+
+    class Pair(nn.Module):  # two frames (RAFT) or ids plus their mask: resized together
+        def forward(self, a, b, other):
+            seen.append((tuple(a.shape), tuple(b.shape), tuple(other.shape)))
+            return a.sum()
+
+    lv.ResizeInputs(Pair(), (1, 3, 16, 16))(torch.randn(1, 3, 32, 32), torch.randn(1, 3, 32, 32),
+                                            torch.randn(1, 5))
+    assert seen[-1] == ((1, 3, 16, 16), (1, 3, 16, 16), (1, 5))
+
+
+def test_input_size_and_batch_change_every_input_shaped_like_the_first(ctx):
+    frames = [InputSpec((1, 3, 64, 64)), InputSpec((1, 3, 64, 64)), InputSpec((3,))]
+    pair = lv.LeverContext(**{**ctx.__dict__, "inputs": frames})
+    smaller = lv.input_size_variants(pair)[0]
+    assert smaller.inputs[0].shape == smaller.inputs[1].shape != frames[0].shape
+    assert smaller.inputs[2] == frames[2]
+    assert [i.shape for i in with_batch(frames, 4)] == [(4, 3, 64, 64), (4, 3, 64, 64), (3,)]
 
 
 # ---------------------------------------------------------------------------------- rank

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torchvision
@@ -195,6 +197,27 @@ def test_capture_segmentation_and_video(spec, last_op, out_shape) -> None:
     assert timed[-1].op == last_op and timed[-1].outputs[0].shape == out_shape
     if "r2plus1d" in spec:
         assert any(r.op == "aten.conv3d.default" for r in result.ops)
+
+
+class _Caching(nn.Module):
+    """Keeps a tensor of its forward on itself, as torchvision's RAFT keeps its pyramid."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.cache = self.conv(x)
+        self.calls += 1
+        return self.cache.sum()
+
+
+def test_capture_undoes_attributes_the_forward_sets() -> None:
+    model = _Caching()
+    capture(model, [torch.randn(1, 3, 8, 8)])
+    assert not hasattr(model, "cache") and model.calls == 0
+    copy.deepcopy(model)(torch.randn(1, 3, 8, 8))  # heap corruption at exit before the fix
 
 
 class _Head(nn.Module):
