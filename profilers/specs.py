@@ -145,6 +145,8 @@ def load_model(
 ) -> LoadedModel:
     """Build the model a spec names, in eval mode; `batch` overrides every input's first dim."""
     builder, can_meta = _builder_for(spec)
+    if can_meta and not meta:
+        _check_fits(spec, builder)
     built, built_on = _build(builder, meta and can_meta)
     chosen = [_as_input_spec(i) for i in inputs] if inputs else built.inputs
     if not chosen:
@@ -162,6 +164,41 @@ def _eval(model: nn.Module) -> nn.Module:
         return model.eval()
     except NotImplementedError:  # an exported program keeps the mode it was exported in
         return model
+
+
+MEMORY_SHARE = 0.8
+"""A model whose weights take more than this share of the memory available is not built for real:
+`hf:llama`'s default config (6.7B parameters, 27 GB in float32) got the process killed."""
+
+
+def _available_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux), else None (unknown: no check)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _check_fits(spec: str, builder: Callable[[], _Built]) -> None:
+    """A one-line SpecError when the model's weights would not fit in memory (counted on meta)."""
+    available = _available_bytes()
+    if available is None:
+        return
+    try:
+        with torch.device("meta"):
+            model = builder().model
+    except Exception:  # noqa: BLE001 - the real build reports its own error
+        return
+    need = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    if need > MEMORY_SHARE * available:
+        params = sum(p.numel() for p in model.parameters())
+        raise SpecError(f"{spec}: its weights take {need / 1e9:.1f} GB ({params / 1e9:.1f}B "
+                        f"parameters) and this machine has {available / 1e9:.1f} GB available; "
+                        "`hwlat predict` needs no weights, the commands that run it do")
 
 
 def _build(builder: Callable[[], _Built], meta: bool) -> tuple[_Built, str]:

@@ -216,3 +216,15 @@ def test_unknown_specs(spec: str, message: str) -> None:
     with pytest.raises(SpecError, match=message) as err:
         load_model(spec, meta=True)
     assert "\n" not in str(err.value)
+
+
+def test_a_model_too_large_for_memory_is_refused_before_it_is_built(monkeypatch) -> None:
+    import profilers.specs as specs
+
+    monkeypatch.setattr(specs, "_available_bytes", lambda: 40 << 20)  # resnet18: 46.8 MB
+    with pytest.raises(SpecError, match=r"weights take .* GB available") as err:
+        load_model("torchvision:resnet18")
+    assert "\n" not in str(err.value)
+    assert load_model("torchvision:resnet18", meta=True).built_on == "meta"  # capture needs none
+    monkeypatch.setattr(specs, "_available_bytes", lambda: 1 << 30)
+    assert load_model("torchvision:resnet18").built_on == "cpu"
