@@ -712,6 +712,14 @@ def _positive_inputs(record: OpRecord, b: dict[str, Any], gen: torch.Generator |
             v.abs_().add_(0.5)
 
 
+def _grid_inputs(record: OpRecord, b: dict[str, Any], gen: torch.Generator | None) -> None:
+    """grid_sampler reads where its grid points; a normal grid puts most points outside [-1, 1]
+    (padding, nothing read), while a model's grid (RAFT, spatial transformers) covers the image."""
+    grid = b.get("grid")
+    if isinstance(grid, torch.Tensor) and grid.dtype.is_floating_point:
+        grid.uniform_(-1, 1, generator=gen)
+
+
 def _one_hot_inputs(record: OpRecord, b: dict[str, Any], gen: torch.Generator | None) -> None:
     _fill_indices(b["self"], b.get("num_classes") or 2, gen)
 
@@ -855,6 +863,8 @@ def _build_registry() -> dict[str, OpInfo]:
         "upsample_linear1d upsample_bicubic2d upsample_trilinear3d _upsample_nearest_exact1d "
         "_upsample_nearest_exact2d _upsample_nearest_exact3d _upsample_bilinear2d_aa "
         "upsample_bicubic2d", _info("data", flops=upsample_flops))
+    add("grid_sampler grid_sampler_2d grid_sampler_3d _grid_sampler_2d_cpu_fallback",
+        _info("data", flops=upsample_flops, make_inputs=_grid_inputs))
     add("embedding", _info("data", bytes_moved=_gather_bytes, make_inputs=_embedding_inputs))
     add("index_select gather take_along_dim",
         _info("data", bytes_moved=_gather_bytes, make_inputs=_dim_index_inputs))
@@ -880,7 +890,7 @@ def _build_registry() -> dict[str, OpInfo]:
         "lift_fresh unfold diagonal real imag view_as_real view_as_complex _conj _neg_view "
         "conj resolve_conj resolve_neg sym_size sym_stride sym_numel sym_storage_offset "
         "_assert_async _assert_tensor_metadata _assert_scalar set_ is_same_size "
-        "_nested_tensor_from_mask_left_aligned dim size stride numel", _info("free"))
+        "_nested_tensor_from_mask_left_aligned dim size stride numel meshgrid", _info("free"))
     return reg
 
 

@@ -329,12 +329,27 @@ class _Relayout(nn.Module):
         return x.permute(*self.dims).contiguous()
 
 
+class _GridSample(nn.Module):
+    def forward(self, x, grid):
+        return F.grid_sample(x, grid, mode="bilinear", align_corners=False)
+
+
 def _layout_copy(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
     """Transposing copies: NCHW to NHWC and back, a token sequence to an image's channel-first
     layout (what a conv on a transposed sequence copies inside the kernel), attention heads
-    split from tokens. The zoo's copies are nearly all contiguous reads; these are gathers."""
+    split from tokens. The zoo's copies are nearly all contiguous reads; these are gathers.
+    And bilinear grid sampling: a spatial transformer's warp of a feature map, and RAFT's
+    look-up of 7x7 windows of its correlation volume, one small image per pixel."""
     n = rng.choice((1, 1, 8))
-    kind = rng.choice(("image", "image", "sequence", "heads"))
+    kind = rng.choice(("image", "image", "sequence", "heads", "grid"))
+    if kind == "grid":
+        if rng.random() < 0.5:
+            c = _channels(rng, 16, 256)
+            hw = _fit_spatial(n, c, _spatial(rng))
+            return _GridSample(), [(n, c, hw, hw), (n, hw, hw, 2)], False
+        pixels, side = rng.choice((256, 700, 1000, 2852, 5000)), rng.choice((4, 8, 16, 32, 46))
+        window = rng.choice((5, 7, 9))
+        return _GridSample(), [(pixels, 1, side, side), (pixels, window, window, 2)], False
     if kind == "image":
         c = _channels(rng, 16, 1024)
         hw = _fit_spatial(n, c, _spatial(rng))

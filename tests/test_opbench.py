@@ -8,7 +8,7 @@ import pytest
 import torch
 import torchvision
 
-from profilers import ops
+from profilers import ops, sampling
 from profilers.capture import record_real
 from profilers.opbench import ReplayError, check_replay, materialize, op_callable
 from profilers.oprecord import OpRecord, TensorSpec
@@ -70,6 +70,18 @@ def test_max_pools_replay_on_activation_like_inputs():
         assert torch.equal(got, materialize(rec, seed=3)[0][0])  # seeded
     (avg,) = record_real(torch.nn.AvgPool2d(2), [torch.randn(1, 8, 4, 4)])
     assert materialize(avg)[0][0].min() < 0  # other ops keep standard-normal inputs
+
+
+def test_grid_sampler_replays_on_a_grid_inside_the_image():
+    """A standard-normal grid points mostly outside [-1, 1], where nothing is read; RAFT's and a
+    spatial transformer's grids cover the image, so that is what the timing gets."""
+    x, grid = torch.randn(3, 2, 8, 8), torch.rand(3, 5, 5, 2) * 2 - 1
+    (rec,) = [r for r in record_real(sampling._GridSample(), [x, grid])
+              if "grid_sampler" in r.op]
+    assert ops.lookup(rec.op).family == "data" and ops.flops_of(rec) == 8 * 3 * 2 * 5 * 5
+    args, _ = materialize(rec, seed=1)
+    assert args[1].shape == grid.shape and args[1].abs().max() <= 1 and args[1].std() > 0.4
+    check_replay(rec)
 
 
 def test_transformer_encoder_fast_path_replays():
