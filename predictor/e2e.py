@@ -358,6 +358,9 @@ class Predictor:
         p = self.predict_ops(captured.ops, spec=captured.spec, strict=strict)
         p.inputs = [str(i) for i in captured.inputs]
         p.capture_s = captured.capture_s
+        if captured.ran:
+            p.notes.append("its forward reads tensor values, so its ops were recorded from one "
+                           "real run on random inputs; other inputs may run other ops")
         return p
 
     def predict_many(self, items: Sequence[str | CapturedModel], *, strict: bool = False,

@@ -30,7 +30,7 @@ from torch.nn.modules.module import (
 )
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-from profilers.errors import CaptureError
+from profilers.errors import CaptureError, SpecError
 from profilers.oprecord import OpRecord, TensorSpec, dtype_from_name
 from profilers.specs import InputSpec, LoadedModel, load_model
 
@@ -230,6 +230,9 @@ def quiet_fake_tensor_log() -> Iterator[None]:
         logger.setLevel(level)
 
 
+_VALUE_DEPENDENT = "the forward depends on tensor values"
+
+
 def _capture_error(e: BaseException, modules: _ModuleStack, recorder: _OpRecorder) -> CaptureError:
     path, op = None, None
     cause: BaseException | None = e
@@ -242,7 +245,7 @@ def _capture_error(e: BaseException, modules: _ModuleStack, recorder: _OpRecorde
     text = str(e).strip().splitlines()
     hint = ""
     if "DataDependent" in type(e).__name__ or "DynamicOutputShape" in type(e).__name__:
-        hint = " (the forward depends on tensor values; capture needs shape-only control flow)"
+        hint = f" ({_VALUE_DEPENDENT}; capture needs shape-only control flow)"
     return CaptureError(f"capture failed in {where}{at}: {type(e).__name__}: "
                         f"{text[0] if text else ''}{hint}")
 
@@ -425,6 +428,7 @@ class CapturedModel:
     ops: list[OpRecord]
     built_on: str
     capture_s: float
+    ran: bool = False  # recorded from one real forward pass: its control flow reads values
 
 
 def capture_spec(
@@ -440,17 +444,34 @@ def capture_spec(
     """Load a model spec (on meta when it can) and capture its ops; `capture_s` is the capture only.
 
     A model that builds on meta but cannot be captured there (a tensor attribute that is not a
-    buffer stays on meta) is rebuilt on CPU and captured again.
+    buffer stays on meta) is rebuilt on CPU and captured again. One whose forward reads tensor
+    values (`.item()`, shapes that depend on values: Longformer's padding, Reformer's axial
+    positions) is run once for real instead, when the target is the CPU at float32 (`ran`).
     """
     options = {"device_type": device_type, "dtype": dtype, "grad_mode": grad_mode,
                "channels_last": channels_last}
     loaded = load_model(spec, inputs=inputs, batch=batch, meta=True)
     try:
         return _timed_capture(loaded, options)
-    except CaptureError:
-        if loaded.built_on != "meta":
-            raise
-    return _timed_capture(load_model(spec, inputs=inputs, batch=batch, meta=False), options)
+    except CaptureError as e:
+        failure = e
+    if loaded.built_on == "meta":
+        try:
+            loaded = load_model(spec, inputs=inputs, batch=batch, meta=False)
+        except SpecError as e:  # too large to build for real: say why it was needed
+            raise SpecError(f"{str(failure).rstrip('.')} (without weights); with weights: "
+                            f"{e}") from e
+        try:
+            return _timed_capture(loaded, options)
+        except CaptureError as e:
+            failure = e
+    if not (_VALUE_DEPENDENT in str(failure) and device_type == "cpu" and dtype == "float32"
+            and not channels_last):
+        raise failure
+    start = time.perf_counter()
+    ops = record_real(loaded.model, list(loaded.inputs), grad_mode, vocab=loaded.vocab)
+    return CapturedModel(loaded.spec, loaded.family, loaded.inputs, ops, loaded.built_on,
+                         time.perf_counter() - start, ran=True)
 
 
 def _timed_capture(loaded: LoadedModel, options: dict[str, Any]) -> CapturedModel:

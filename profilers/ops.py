@@ -526,7 +526,8 @@ ELTWISE_FLOPS_PER_ELEM = {
     # transcendental functions, counted as 4 (a polynomial evaluation)
     **{k: 4 for k in ("exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt",
                       "reciprocal", "sigmoid", "tanh", "erf", "sin", "cos", "softplus", "elu",
-                      "selu", "celu", "logit")},
+                      "selu", "celu", "logit", "tan", "atan", "atan2", "asin", "acos", "sinh",
+                      "cosh", "asinh")},
     "silu": 5,   # sigmoid + mul
     "glu": 5,    # sigmoid of one half times the other, per output element
     "gelu": 8,   # 0.5 * x * (1 + erf(x / sqrt 2)), or its tanh form
@@ -848,11 +849,12 @@ def _build_registry() -> dict[str, OpInfo]:
         "reflection_pad2d reflection_pad3d replication_pad1d replication_pad2d "
         "replication_pad3d roll flip repeat tile repeat_interleave narrow_copy "
         "pixel_shuffle pixel_unshuffle channel_shuffle native_channel_shuffle lift_fresh_copy "
-        "masked_scatter scalar_tensor _local_scalar_dense select_scatter slice_scatter "
+        "masked_scatter scalar_tensor _local_scalar_dense item select_scatter slice_scatter "
         "index_put index_put_ _unsafe_index_put view_copy _unsafe_view_copy unfold_copy "
         "col2im im2col", _info("data"))
     for name, fam in (("copy_", "data"), ("fill_", "data"), ("zero_", "data"),
-                      ("fill", "data")):
+                      ("fill", "data"), ("uniform_", "data"), ("normal_", "data"),
+                      ("random_", "data"), ("bernoulli_", "data"), ("exponential_", "data")):
         reg[f"aten.{name}"] = _info(fam, bytes_moved=_write_only_bytes)
     add("arange zeros ones full zeros_like ones_like full_like new_zeros new_ones new_full "
         "eye linspace rand randn randint rand_like randn_like randint_like bernoulli "
@@ -890,7 +892,8 @@ def _build_registry() -> dict[str, OpInfo]:
         "lift_fresh unfold diagonal real imag view_as_real view_as_complex _conj _neg_view "
         "conj resolve_conj resolve_neg sym_size sym_stride sym_numel sym_storage_offset "
         "_assert_async _assert_tensor_metadata _assert_scalar set_ is_same_size "
-        "_nested_tensor_from_mask_left_aligned dim size stride numel meshgrid", _info("free"))
+        "_nested_tensor_from_mask_left_aligned dim size stride numel meshgrid broadcast_to",
+        _info("free"))
     return reg
 
 

@@ -198,7 +198,8 @@ def _check_fits(spec: str, builder: Callable[[], _Built]) -> None:
         params = sum(p.numel() for p in model.parameters())
         raise SpecError(f"{spec}: its weights take {need / 1e9:.1f} GB ({params / 1e9:.1f}B "
                         f"parameters) and this machine has {available / 1e9:.1f} GB available; "
-                        "`hwlat predict` needs no weights, the commands that run it do")
+                        "`hwlat predict` builds most models without weights, the commands "
+                        "that run a model need them")
 
 
 def _build(builder: Callable[[], _Built], meta: bool) -> tuple[_Built, str]:

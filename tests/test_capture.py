@@ -256,3 +256,32 @@ def test_a_view_meta_cannot_redo_keeps_the_fake_strides() -> None:
     redoing it on meta tensors fails (it would copy to the CPU): capture must go on."""
     captured = capture_spec("hf:gpt2", inputs=[parse_input_spec("int64:1x8")])
     assert "aten.to.dtype_layout" in {r.op for r in captured.ops}
+
+
+VALUE_DEPENDENT = '''
+import torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        steps = int(x.abs().sum().item() > 0) + 1  # control flow on a value, as Longformer pads
+        for _ in range(steps):
+            x = self.fc(x)
+        return x
+
+def build():
+    return {"model": Net(), "inputs": [torch.randn(2, 8)]}
+'''
+
+
+def test_a_forward_that_reads_values_is_recorded_from_one_real_run(tmp_path) -> None:
+    path = tmp_path / "valuedep.py"
+    path.write_text(VALUE_DEPENDENT)
+    captured = capture_spec(f"{path}:build")
+    assert captured.ran and [r.op for r in captured.ops].count("aten.linear.default") == 2
+    with pytest.raises(CaptureError, match="depends on tensor values"):
+        capture_spec(f"{path}:build", dtype="bfloat16")  # a real run would time fp32 ops
