@@ -137,10 +137,10 @@ class ResizeInputs(nn.Module):
                             for t in (x, *rest)))
 
     def _resize(self, x: torch.Tensor) -> torch.Tensor:
-        if x.is_floating_point():
-            return nn.functional.interpolate(x, size=self.shape[2:], mode="bilinear",
-                                             align_corners=False)
-        return x[:, : self.shape[1]]
+        if len(self.shape) == 2:  # token ids, and a mask shaped like them even if it is float
+            return x[:, : self.shape[1]]
+        return nn.functional.interpolate(x, size=self.shape[2:], mode="bilinear",
+                                         align_corners=False)
 
 
 def _to_float(out: Any) -> Any:

@@ -61,6 +61,9 @@ def main(seconds: float = 120.0, threads: int = 2, spec: str = "torchvision:mnas
             ticks.append((t, small, large, model))
             print(f"{t:7.1f} s  small conv {small:6.1f} us  matmul {large:6.1f} us  "
                   f"{spec} {model:7.2f} ms", flush=True)
+    if not ticks:
+        print("no ticks: give it some seconds")
+        return
     fast = sorted(s for _, s, _, _ in ticks)[max(0, len(ticks) // 10 - 1)]
     slow = [s > SLOW * fast for _, s, _, _ in ticks]
     spells, run = [], 0.0
@@ -78,8 +81,9 @@ def main(seconds: float = 120.0, threads: int = 2, spec: str = "torchvision:mnas
           f"(small conv > {SLOW:.2f} x {fast:.1f} us)")
     for state, models in by_state.items():
         if models:
-            print(f"  {'slow' if state else 'fast'}: {spec} median {statistics.median(models):.2f} ms"
-                  f" over {len(models)} ticks")
+            label = "slow" if state else "fast"
+            print(f"  {label}: {spec} median {statistics.median(models):.2f} ms over "
+                  f"{len(models)} ticks")
     if spells:
         print(f"  slow spells: {len(spells)}, median {statistics.median(spells):.1f} s, "
               f"longest {max(spells):.1f} s")

@@ -30,7 +30,7 @@ from torch.nn.modules.module import (
 )
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-from profilers.errors import CaptureError, SpecError
+from profilers.errors import CaptureError, SpecError, ValueDependentCapture
 from profilers.oprecord import OpRecord, TensorSpec, dtype_from_name
 from profilers.specs import InputSpec, LoadedModel, load_model
 
@@ -230,9 +230,6 @@ def quiet_fake_tensor_log() -> Iterator[None]:
         logger.setLevel(level)
 
 
-_VALUE_DEPENDENT = "the forward depends on tensor values"
-
-
 def _capture_error(e: BaseException, modules: _ModuleStack, recorder: _OpRecorder) -> CaptureError:
     path, op = None, None
     cause: BaseException | None = e
@@ -243,11 +240,11 @@ def _capture_error(e: BaseException, modules: _ModuleStack, recorder: _OpRecorde
     where = f"module '{path}' ({modules.kinds[path]})" if path else "the top-level forward"
     at = f" at {op}" if op else ""
     text = str(e).strip().splitlines()
-    hint = ""
+    message = f"capture failed in {where}{at}: {type(e).__name__}: {text[0] if text else ''}"
     if "DataDependent" in type(e).__name__ or "DynamicOutputShape" in type(e).__name__:
-        hint = f" ({_VALUE_DEPENDENT}; capture needs shape-only control flow)"
-    return CaptureError(f"capture failed in {where}{at}: {type(e).__name__}: "
-                        f"{text[0] if text else ''}{hint}")
+        return ValueDependentCapture(f"{message} (the forward depends on tensor values; capture "
+                                     "needs shape-only control flow)")
+    return CaptureError(message)
 
 
 # ---------------------------------------------------------------- fake tensors
@@ -346,7 +343,8 @@ def capture(
     """The aten ops `model(*inputs)` dispatches on `device_type`, computed on fake tensors only.
 
     Floating parameters, buffers and inputs take `dtype`; integer ones keep theirs. The model may
-    be built on meta or on a real device; it is left exactly as it was.
+    be built on meta or on a real device; its parameters, buffers, submodules and attributes are
+    put back as they were (`_restore_attributes`).
     """
     device, floating = _target(device_type, dtype)
     grad = _grad_context(grad_mode)
@@ -369,22 +367,29 @@ def capture(
     return recorder.records
 
 
-def _attributes(model: nn.Module) -> list[tuple[nn.Module, dict[str, Any]]]:
-    """Every module's plain attributes (what `forward` may set besides parameters and buffers)."""
-    return [(m, dict(m.__dict__)) for m in model.modules()]
+_REGISTERED = ("_parameters", "_buffers", "_modules")
 
 
-def _restore_attributes(model: nn.Module, before: list[tuple[nn.Module, dict[str, Any]]]) -> None:
-    """Undo what the forward assigned to module attributes: a module that caches a tensor of its
-    forward (torchvision RAFT keeps its correlation pyramid) would otherwise keep a fake one,
-    and copying the model afterwards corrupted the heap."""
-    for module, old in before:
-        now = module.__dict__
-        for name in [n for n in now if n not in old]:
-            del now[name]
-        for name, value in old.items():
-            if now.get(name, _MISSING) is not value:
-                now[name] = value
+def _attributes(model: nn.Module) -> list[tuple[nn.Module, dict[str, Any], dict[str, dict]]]:
+    """Every module's plain attributes and registered parameters, buffers and submodules."""
+    return [(m, dict(m.__dict__), {k: dict(getattr(m, k)) for k in _REGISTERED})
+            for m in model.modules()]
+
+
+def _restore_attributes(model: nn.Module,
+                        before: list[tuple[nn.Module, dict[str, Any], dict[str, dict]]]) -> None:
+    """Undo what the forward assigned or registered on its modules: a module that caches a tensor
+    of its forward (torchvision RAFT keeps its correlation pyramid, some rotary embeddings
+    register a buffer) would otherwise keep a fake one, and copying the model afterwards
+    corrupted the heap. Containers changed in place are not undone."""
+    for module, old, registered in before:
+        for now, then in [(module.__dict__, old),
+                          *((getattr(module, k), registered[k]) for k in _REGISTERED)]:
+            for name in [n for n in now if n not in then]:
+                del now[name]
+            for name, value in then.items():
+                if now.get(name, _MISSING) is not value:
+                    now[name] = value
 
 
 _MISSING = object()
@@ -455,19 +460,23 @@ def capture_spec(
         return _timed_capture(loaded, options)
     except CaptureError as e:
         failure = e
+    can_run = device_type == "cpu" and dtype == "float32" and not channels_last
+    if isinstance(failure, ValueDependentCapture) and not can_run:
+        raise failure  # fake tensors fail it on any build; a real run would time other ops
     if loaded.built_on == "meta":
         try:
             loaded = load_model(spec, inputs=inputs, batch=batch, meta=False)
         except SpecError as e:  # too large to build for real: say why it was needed
             raise SpecError(f"{str(failure).rstrip('.')} (without weights); with weights: "
                             f"{e}") from e
-        try:
-            return _timed_capture(loaded, options)
-        except CaptureError as e:
-            failure = e
-    if not (_VALUE_DEPENDENT in str(failure) and device_type == "cpu" and dtype == "float32"
-            and not channels_last):
+        if not isinstance(failure, ValueDependentCapture):
+            try:
+                return _timed_capture(loaded, options)
+            except CaptureError as e:
+                failure = e
+    if not (isinstance(failure, ValueDependentCapture) and can_run):
         raise failure
+    # the forward reads tensor values (`.item()`, data-dependent shapes): run it once for real
     start = time.perf_counter()
     ops = record_real(loaded.model, list(loaded.inputs), grad_mode, vocab=loaded.vocab)
     return CapturedModel(loaded.spec, loaded.family, loaded.inputs, ops, loaded.built_on,

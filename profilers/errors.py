@@ -23,6 +23,10 @@ class CaptureError(HwlatError):
     """A model cannot be traced into its operator list."""
 
 
+class ValueDependentCapture(CaptureError):
+    """The forward reads tensor values (`.item()`, shapes that depend on values)."""
+
+
 class DeviceError(HwlatError):
     """An unknown device, or one that is not available on this machine."""
 

@@ -527,7 +527,7 @@ ELTWISE_FLOPS_PER_ELEM = {
     **{k: 4 for k in ("exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt",
                       "reciprocal", "sigmoid", "tanh", "erf", "sin", "cos", "softplus", "elu",
                       "selu", "celu", "logit", "tan", "atan", "atan2", "asin", "acos", "sinh",
-                      "cosh", "asinh")},
+                      "cosh", "asinh", "acosh", "atanh")},
     "silu": 5,   # sigmoid + mul
     "glu": 5,    # sigmoid of one half times the other, per output element
     "gelu": 8,   # 0.5 * x * (1 + erf(x / sqrt 2)), or its tanh form
@@ -609,6 +609,17 @@ def _log_gather_stride(x: TensorSpec | None, out: TensorSpec | None) -> float:
     inner = min((d for d, n in enumerate(out.shape) if n > 1),
                 key=lambda d: out.stride[d], default=None)
     return math.log2(max(1, abs(x.stride[inner]))) if inner is not None else 0.0
+
+
+GRID_SAMPLER_FLOPS = {0: 4, 1: 0, 2: 16}  # per output element and sampled dim: bilinear,
+# nearest, bicubic (interpolation_mode 0, 1, 2)
+
+
+def grid_sampler_flops(record: OpRecord) -> float:
+    """Interpolating at every output point: per sampled dimension, like `upsample_flops`."""
+    mode = record.args[2] if len(record.args) > 2 and isinstance(record.args[2], int) else 0
+    dims = 3 if "3d" in _base_name(record) else 2
+    return float(GRID_SAMPLER_FLOPS.get(mode, 4) * dims * record.outputs[0].numel)
 
 
 def upsample_flops(record: OpRecord) -> float:
@@ -866,7 +877,7 @@ def _build_registry() -> dict[str, OpInfo]:
         "_upsample_nearest_exact2d _upsample_nearest_exact3d _upsample_bilinear2d_aa "
         "upsample_bicubic2d", _info("data", flops=upsample_flops))
     add("grid_sampler grid_sampler_2d grid_sampler_3d _grid_sampler_2d_cpu_fallback",
-        _info("data", flops=upsample_flops, make_inputs=_grid_inputs))
+        _info("data", flops=grid_sampler_flops, make_inputs=_grid_inputs))
     add("embedding", _info("data", bytes_moved=_gather_bytes, make_inputs=_embedding_inputs))
     add("index_select gather take_along_dim",
         _info("data", bytes_moved=_gather_bytes, make_inputs=_dim_index_inputs))

@@ -76,8 +76,12 @@ class InputSpec:
 def with_batch(inputs: list[InputSpec], n: int) -> list[InputSpec]:
     """The inputs at batch `n`: every one whose first dimension is the first input's, since a
     model's inputs go together (RAFT's two frames, CLIP's pixels and token ids)."""
-    lead = inputs[0].shape[0] if inputs and inputs[0].shape else None
-    return [i.with_batch(n) if i.shape and i.shape[0] == lead else i for i in inputs]
+    if not inputs:
+        return []
+    first = inputs[0].with_batch(n)  # a scalar first input raises: it has no batch dimension
+    lead = inputs[0].shape[0]
+    return [first, *(i.with_batch(n) if i.shape and i.shape[0] == lead else i
+                     for i in inputs[1:])]
 
 
 def parse_input_spec(text: str) -> InputSpec:
@@ -145,7 +149,7 @@ def load_model(
 ) -> LoadedModel:
     """Build the model a spec names, in eval mode; `batch` overrides every input's first dim."""
     builder, can_meta = _builder_for(spec)
-    if can_meta and not meta:
+    if can_meta and not meta and not _is_file_spec(spec):  # a factory may load a checkpoint
         _check_fits(spec, builder)
     built, built_on = _build(builder, meta and can_meta)
     chosen = [_as_input_spec(i) for i in inputs] if inputs else built.inputs
@@ -154,7 +158,7 @@ def load_model(
         raise NoDefaultInputs(f"{spec}: no default inputs for this model{takes}; pass them with "
                               "--input")
     if batch is not None:
-        chosen = [i.with_batch(batch) for i in chosen]
+        chosen = with_batch(chosen, batch)
     return LoadedModel(spec, _eval(built.model), chosen, built.vocab, built.preprocess,
                        built.postprocess, built.family, built_on, built.raw_input)
 
@@ -166,21 +170,34 @@ def _eval(model: nn.Module) -> nn.Module:
         return model
 
 
-MEMORY_SHARE = 0.8
+MEMORY_SHARE = 0.5
 """A model whose weights take more than this share of the memory available is not built for real:
-`hf:llama`'s default config (6.7B parameters, 27 GB in float32) got the process killed."""
+`hf:llama`'s default config (26.4 GB in float32) got `hwlat advise` killed. Half, because the
+advisor copies a model for some levers (a cast, channels_last) while the original is kept."""
 
 
 def _available_bytes() -> int | None:
-    """MemAvailable from /proc/meminfo (Linux), else None (unknown: no check)."""
+    """MemAvailable from /proc/meminfo, capped by a cgroup v2 memory limit; None where unknown."""
+    available = None
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    available = int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
+        return None
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+        if limit != "max" and available is not None:
+            available = min(available, int(limit) - used)
+    except (OSError, ValueError):
         pass
-    return None
+    return available
+
+
+def _size(n: float) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
 def _check_fits(spec: str, builder: Callable[[], _Built]) -> None:
@@ -196,10 +213,10 @@ def _check_fits(spec: str, builder: Callable[[], _Built]) -> None:
     need = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
     if need > MEMORY_SHARE * available:
         params = sum(p.numel() for p in model.parameters())
-        raise SpecError(f"{spec}: its weights take {need / 1e9:.1f} GB ({params / 1e9:.1f}B "
-                        f"parameters) and this machine has {available / 1e9:.1f} GB available; "
-                        "`hwlat predict` builds most models without weights, the commands "
-                        "that run a model need them")
+        raise SpecError(f"{spec}: its weights take {_size(need)} ({params / 1e6:,.0f}M "
+                        f"parameters) and this machine has {_size(available)} available (half "
+                        "is the most hwlat builds); `hwlat predict` builds most models without "
+                        "weights, the commands that run a model need them")
 
 
 def _build(builder: Callable[[], _Built], meta: bool) -> tuple[_Built, str]:
@@ -211,6 +228,11 @@ def _build(builder: Callable[[], _Built], meta: bool) -> tuple[_Built, str]:
         except Exception:  # noqa: BLE001 - a real build fails again with its own error if bad
             pass
     return builder(), "cpu"
+
+
+def _is_file_spec(spec: str) -> bool:
+    path, sep, _ = spec.rpartition(":")
+    return bool(sep) and path.endswith(".py")
 
 
 def _builder_for(spec: str) -> tuple[Callable[[], _Built], bool]:

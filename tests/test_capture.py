@@ -210,13 +210,15 @@ class _Caching(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.cache = self.conv(x)
         self.calls += 1
-        return self.cache.sum()
+        self.register_buffer("scale", torch.ones(4, 1, 1), persistent=False)  # a lazy buffer
+        return (self.cache * self.scale).sum()
 
 
 def test_capture_undoes_attributes_the_forward_sets() -> None:
     model = _Caching()
     capture(model, [torch.randn(1, 3, 8, 8)])
     assert not hasattr(model, "cache") and model.calls == 0
+    assert "scale" not in dict(model.named_buffers())
     copy.deepcopy(model)(torch.randn(1, 3, 8, 8))  # heap corruption at exit before the fix
 
 

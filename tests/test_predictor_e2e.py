@@ -7,6 +7,7 @@ correction, so the fit can be checked against it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -162,6 +163,14 @@ def test_unmodelled_ops_get_a_positive_fallback_and_are_listed(predictor, resnet
     assert p.sum_ops_ms > base.sum_ops_ms and p.n_timed_ops == base.n_timed_ops + 2
     with pytest.raises(UnmodelledOpError, match="hwlat_test_not_registered"):
         predictor.predict_ops(ops_list, strict=True)
+
+
+def test_ops_recorded_from_a_real_run_are_noted(predictor, resnet):
+    plain = predictor.predict_captured(resnet)
+    ran = predictor.predict_captured(dataclasses.replace(resnet, ran=True))
+    extra = [n for n in ran.notes if n not in plain.notes]
+    assert ran.p50_ms == plain.p50_ms
+    assert len(extra) == 1 and "recorded from one real run" in extra[0]
 
 
 def test_family_without_a_model_falls_back_with_a_reason(predictor):

@@ -15,6 +15,7 @@ from profilers.specs import (
     list_torchvision_classification,
     load_model,
     parse_input_spec,
+    with_batch,
 )
 
 
@@ -228,3 +229,10 @@ def test_a_model_too_large_for_memory_is_refused_before_it_is_built(monkeypatch)
     assert load_model("torchvision:resnet18", meta=True).built_on == "meta"  # capture needs none
     monkeypatch.setattr(specs, "_available_bytes", lambda: 1 << 30)
     assert load_model("torchvision:resnet18").built_on == "cpu"
+
+
+def test_with_batch_sets_every_input_that_shares_the_first_dimension() -> None:
+    frames = [InputSpec((1, 3, 8, 8)), InputSpec((1, 3, 8, 8)), InputSpec((7,))]
+    assert [i.shape for i in with_batch(frames, 4)] == [(4, 3, 8, 8), (4, 3, 8, 8), (7,)]
+    with pytest.raises(SpecError, match="no batch dimension"):
+        with_batch([InputSpec(())], 2)
