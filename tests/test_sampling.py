@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -60,13 +61,17 @@ def test_perturb_is_seeded(squeezenet_ops):
 
 def test_random_configs_stay_within_the_per_config_caps():
     rng = random.Random(7)
+    conv_dims = set()
     for _ in range(300):
-        conv, [shape], _ = sampling.GENERATORS["conv"](rng)
-        n, cin, h, w = shape
-        flops = 2 * n * conv.out_channels * (cin // conv.groups) * conv.kernel_size[0] ** 2 * h * w
-        assert flops / conv.stride[0] ** 2 <= sampling.MAX_RANDOM_GFLOP * 1e9 * 1.01 or h <= 4
+        conv, [shape], _ = sampling.GENERATORS["conv"](rng)  # 2-D or 3-D
+        n, cin, *spatial = shape
+        conv_dims.add(len(spatial))
+        flops = (2 * n * conv.out_channels * (cin // conv.groups) * math.prod(conv.kernel_size)
+                 * math.prod(spatial) / math.prod(conv.stride))
+        assert flops <= sampling.MAX_RANDOM_GFLOP * 1e9 * 1.01 or spatial[-1] <= 4
         pool, [shape], _ = sampling.GENERATORS["pool"](rng)
         assert shape[0] * shape[1] * shape[2] * shape[3] <= sampling.MAX_RANDOM_NUMEL or shape[2] <= 2
+    assert conv_dims == {2, 3}  # video convs are drawn too
     heads = [m for m, _, _ in (sampling.GENERATORS["matmul"](rng) for _ in range(300))
              if m.in_features >= 4096 and m.out_features >= 1000]
     assert heads  # some linear layers have weights far beyond the LLC
