@@ -14,11 +14,11 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kernels_db.store import DeviceRow, KernelDB
 from predictor import model_store
-from predictor.correction import Correction, ModelRow, fit_correction
+from predictor.correction import Correction, ModelRow, fit_correction, repeat_spread
 from predictor.features import feature_matrix, peaks_or_nominal, roofline_s
 from profilers import ops
 from profilers.capture import CapturedModel, capture_spec
@@ -30,7 +30,7 @@ SOURCES = ("measured", "interpolated", "model", "free", "fallback")
 CORRECTION_CACHE = "e2e_fit"
 # per_family entries that are correction terms, not op families
 CORRECTION_TERMS = ("op_overhead", "memory_traffic", "weight_reload", "large_op_traffic")
-CORRECTION_VERSION = 7  # bump when ModelRow or the correction formula changes
+CORRECTION_VERSION = 8  # bump when ModelRow or the correction formula changes (8: repeat_spread)
 ProgressFn = Callable[[str], None]
 
 
@@ -154,7 +154,10 @@ class Predictor:
         if cached is not None and cached.get("version") == CORRECTION_VERSION:
             return Correction.from_json(cached["correction"])
         rows = self.model_rows(db, progress)
-        correction = fit_correction(rows)
+        passes: dict[tuple[str, str], list[float]] = {}
+        for m in db.model_measurements(self.device.id, kind="e2e"):
+            passes.setdefault((m.model, m.settings_key), []).append(m.median_s)
+        correction = replace(fit_correction(rows), repeat_spread=repeat_spread(passes.values()))
         self.models.write_extra(CORRECTION_CACHE, {
             "version": CORRECTION_VERSION, "correction": correction.to_json(),
             "rows": [r.to_json() for r in rows]})
@@ -330,15 +333,16 @@ class Predictor:
         """Combine the per-op model spread with the calibrated end-to-end residual band.
 
         Summing per-op quantiles assumes fully correlated op errors (they share a model, so
-        mostly are); the end-to-end band is independent of that, hence added in quadrature.
+        mostly are); the end-to-end band is independent of that, hence added in quadrature, and
+        so is how far the device repeats its own timings (`correction.REPEAT_QUANTILE`).
         """
         if total_s <= 0:
             return 0.0, 0.0
         lo_ops, hi_ops = sum(e.lo_s for e in est), sum(e.hi_s for e in est)
         u_lo = math.log(sum_s / lo_ops) if lo_ops > 0 else 0.0
         u_hi = math.log(hi_ops / sum_s) if sum_s > 0 else 0.0
-        down = math.hypot(u_lo, correction.resid_lo)
-        up = math.hypot(u_hi, correction.resid_hi)
+        down = math.hypot(u_lo, correction.resid_lo, correction.repeat_spread)
+        up = math.hypot(u_hi, correction.resid_hi, correction.repeat_spread)
         return total_s * math.exp(-down), total_s * math.exp(up)
 
     # ------------------------------------------------------------------------------ public

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
-from predictor.correction import Correction, ModelRow, fit_correction, leave_one_family_out
+from predictor.correction import (
+    Correction,
+    ModelRow,
+    fit_correction,
+    leave_one_family_out,
+    repeat_spread,
+)
 
 SHAPES = [(0.004, 60, 0.001), (0.020, 150, 0.006), (0.001, 200, 0.0004), (0.050, 90, 0.03),
           (0.010, 400, 0.002), (0.002, 30, 0.0015), (0.030, 120, 0.004), (0.006, 250, 0.003)]
@@ -112,3 +120,22 @@ def test_terms_that_do_not_help_held_out_families_are_left_out():
     assert fit.coefficients[1:] == (0.0, 0.0, 0.0, 0.0)
     assert fit.a == pytest.approx(1.1, rel=0.03)
     assert "left out" in fit.note and "weight re-read" in fit.note
+
+
+def test_repeat_spread_is_a_quantile_of_how_far_two_timings_of_a_setting_fall_apart():
+    pairs = [[1.0, 1.0 * r] for r in (1.00, 1.02, 1.05, 1.10, 1.30)] + [[2.0]]  # one timed once
+    spread = repeat_spread(pairs)
+    assert np.log(1.10) < spread < np.log(1.30)  # the 80th percentile of the five log ratios
+    assert repeat_spread([[1.0], [3.0]]) == 0.0
+
+
+def test_the_interval_holds_the_device_repeatability_in_quadrature():
+    from predictor.e2e import OpEstimate, Predictor
+
+    est = [OpEstimate(1e-3, 0.9e-3, 1.1e-3, "model", "conv")]
+    steady = Correction(resid_lo=-0.05, resid_hi=0.05)
+    shaky = Correction(resid_lo=-0.05, resid_hi=0.05, repeat_spread=0.12)
+    lo0, hi0 = Predictor._interval(1e-3, 1e-3, est, steady)
+    lo1, hi1 = Predictor._interval(1e-3, 1e-3, est, shaky)
+    assert lo1 < lo0 < 1e-3 < hi0 < hi1
+    assert np.isclose(np.log(hi1 / 1e-3), math.hypot(np.log(1.1), 0.05, 0.12))
