@@ -157,7 +157,11 @@ class Predictor:
         passes: dict[tuple[str, str], list[float]] = {}
         for m in db.model_measurements(self.device.id, kind="e2e"):
             passes.setdefault((m.model, m.settings_key), []).append(m.median_s)
-        correction = replace(fit_correction(rows), repeat_spread=repeat_spread(passes.values()))
+        fitted, spread = fit_correction(rows), repeat_spread(passes.values())
+        note = fitted.note + (f"; the profile's two timings of a setting differ by up to "
+                              f"{math.exp(spread):.2f}x (80th percentile), which the interval "
+                              "includes" if spread else "")
+        correction = replace(fitted, repeat_spread=spread, note=note)
         self.models.write_extra(CORRECTION_CACHE, {
             "version": CORRECTION_VERSION, "correction": correction.to_json(),
             "rows": [r.to_json() for r in rows]})
