@@ -18,7 +18,13 @@ from dataclasses import dataclass, field, replace
 
 from kernels_db.store import DeviceRow, KernelDB
 from predictor import model_store
-from predictor.correction import Correction, ModelRow, fit_correction, repeat_spread
+from predictor.correction import (
+    REPEAT_QUANTILE,
+    Correction,
+    ModelRow,
+    fit_correction,
+    repeat_spread,
+)
 from predictor.features import feature_matrix, peaks_or_nominal, roofline_s
 from profilers import ops
 from profilers.capture import CapturedModel, capture_spec
@@ -121,15 +127,20 @@ class Predictor:
 
     # -------------------------------------------------------------------------- correction
 
-    def model_rows(self, db: KernelDB, progress: ProgressFn | None = None) -> list[ModelRow]:
+    def e2e_passes(self, db: KernelDB) -> dict[tuple[str, str], list]:
+        """The device's 'e2e' model measurements by setting (the profile times each twice)."""
+        passes: dict[tuple[str, str], list] = {}
+        for m in db.model_measurements(self.device.id, kind="e2e"):
+            passes.setdefault((m.model, m.settings_key), []).append(m)
+        return passes
+
+    def model_rows(self, db: KernelDB, progress: ProgressFn | None = None,
+                   passes: dict[tuple[str, str], list] | None = None) -> list[ModelRow]:
         """The device's 'e2e' model measurements with the uncorrected prediction of each."""
         from profilers.specs import parse_input_spec
 
         rows = []
-        passes: dict[tuple[str, str], list] = {}  # the profile times each setting twice
-        for m in db.model_measurements(self.device.id, kind="e2e"):
-            passes.setdefault((m.model, m.settings_key), []).append(m)
-        for group in passes.values():
+        for group in (self.e2e_passes(db) if passes is None else passes).values():
             m = group[0]
             median_s = min(g.median_s for g in group)  # kernels_db.store._pooled: why
             inputs = [parse_input_spec(s) for s in m.settings.get("inputs", [])] or None
@@ -153,14 +164,13 @@ class Predictor:
         cached = self.models.read_extra(CORRECTION_CACHE)
         if cached is not None and cached.get("version") == CORRECTION_VERSION:
             return Correction.from_json(cached["correction"])
-        rows = self.model_rows(db, progress)
-        passes: dict[tuple[str, str], list[float]] = {}
-        for m in db.model_measurements(self.device.id, kind="e2e"):
-            passes.setdefault((m.model, m.settings_key), []).append(m.median_s)
-        fitted, spread = fit_correction(rows), repeat_spread(passes.values())
+        passes = self.e2e_passes(db)
+        rows = self.model_rows(db, progress, passes)
+        fitted = fit_correction(rows)
+        spread = repeat_spread([[m.median_s for m in group] for group in passes.values()])
         note = fitted.note + (f"; the profile's two timings of a setting differ by up to "
-                              f"{math.exp(spread):.2f}x (80th percentile), which the interval "
-                              "includes" if spread else "")
+                              f"{math.exp(spread):.2f}x ({REPEAT_QUANTILE}th percentile), which "
+                              "the interval includes" if spread else "")
         correction = replace(fitted, repeat_spread=spread, note=note)
         self.models.write_extra(CORRECTION_CACHE, {
             "version": CORRECTION_VERSION, "correction": correction.to_json(),

@@ -123,7 +123,6 @@ def _choose_target(family: str, x: np.ndarray, y: np.ndarray, peaks: dict | None
     return ("log" if clearly_better else "roofline_residual"), cv
 
 
-
 def roofline_ratios(rows: list[MeasuredConfig], peaks: dict | None) -> dict[str, float]:
     """10/50/90th percentiles of measured / roofline time over the device's measured configs.
 

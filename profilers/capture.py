@@ -474,7 +474,7 @@ def capture_spec(
                 return _timed_capture(loaded, options)
             except CaptureError as e:
                 failure = e
-    if not (isinstance(failure, ValueDependentCapture) and can_run):
+    if not isinstance(failure, ValueDependentCapture):
         raise failure
     # the forward reads tensor values (`.item()`, data-dependent shapes): run it once for real
     start = time.perf_counter()

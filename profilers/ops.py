@@ -611,8 +611,8 @@ def _log_gather_stride(x: TensorSpec | None, out: TensorSpec | None) -> float:
     return math.log2(max(1, abs(x.stride[inner]))) if inner is not None else 0.0
 
 
-GRID_SAMPLER_FLOPS = {0: 4, 1: 0, 2: 16}  # per output element and sampled dim: bilinear,
-# nearest, bicubic (interpolation_mode 0, 1, 2)
+# per output element and sampled dimension, by interpolation_mode: bilinear, nearest, bicubic
+GRID_SAMPLER_FLOPS = {0: 4, 1: 0, 2: 16}
 
 
 def grid_sampler_flops(record: OpRecord) -> float:

@@ -94,7 +94,7 @@ def added_cases(spec: str, *, batches: tuple[int, ...] | None = None) -> tuple[M
 @cache  # a profile asks for its cases several times; a user's model is built once
 def _added_cases(spec: str, batches: tuple[int, ...] | None) -> tuple[ModelCase, ...]:
     from profilers.errors import NoDefaultInputs
-    from profilers.specs import load_model
+    from profilers.specs import load_model, with_batch
 
     try:
         loaded = load_model(spec, meta=True)
@@ -106,7 +106,7 @@ def _added_cases(spec: str, batches: tuple[int, ...] | None) -> tuple[ModelCase,
     zoo_family = max((f for f in _zoo_families() if name.startswith(f.replace("_", ""))),
                      key=len, default=None)
     return tuple(ModelCase(loaded.spec, zoo_family or loaded.family or loaded.spec,
-                           tuple(str(i.with_batch(batch)) for i in loaded.inputs))
+                           tuple(str(i) for i in with_batch(loaded.inputs, batch)))
                  for batch in batches or load_zoo()["settings"]["image_batches"])
 
 
