@@ -379,6 +379,8 @@ class Predictor:
         if captured.ran:
             p.notes.append("its forward reads tensor values, so its ops were recorded from one "
                            "real run on random inputs; other inputs may run other ops")
+        if captured.note:
+            p.notes.append(captured.note)
         return p
 
     def predict_many(self, items: Sequence[str | CapturedModel], *, strict: bool = False,

@@ -17,6 +17,7 @@ import logging
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -358,7 +359,10 @@ def capture(
     for store, name, _, fake in swaps:
         store[name] = fake
     try:
-        with _recording(model, [fake for *_, fake in swaps]) as recorder, grad, mode, recorder:
+        with _recording(model, [fake for *_, fake in swaps]) as recorder, grad, mode, recorder, \
+                warnings.catch_warnings():
+            # torchvision's fake nms asks for its output size the deprecated way (its concern)
+            warnings.filterwarnings("ignore", ".*create_unbacked_symint", FutureWarning)
             model(*fake_inputs)
     finally:
         for store, name, original, _ in swaps:
@@ -434,6 +438,7 @@ class CapturedModel:
     built_on: str
     capture_s: float
     ran: bool = False  # recorded from one real forward pass: its control flow reads values
+    note: str = ""  # how the spec built the model, when that bears on its latency
 
 
 def capture_spec(
@@ -480,11 +485,12 @@ def capture_spec(
     start = time.perf_counter()
     ops = record_real(loaded.model, list(loaded.inputs), grad_mode, vocab=loaded.vocab)
     return CapturedModel(loaded.spec, loaded.family, loaded.inputs, ops, loaded.built_on,
-                         time.perf_counter() - start, ran=True)
+                         time.perf_counter() - start, ran=True, note=loaded.note)
 
 
 def _timed_capture(loaded: LoadedModel, options: dict[str, Any]) -> CapturedModel:
     start = time.perf_counter()
     ops = capture(loaded.model, list(loaded.inputs), **options)
     elapsed = time.perf_counter() - start
-    return CapturedModel(loaded.spec, loaded.family, loaded.inputs, ops, loaded.built_on, elapsed)
+    return CapturedModel(loaded.spec, loaded.family, loaded.inputs, ops, loaded.built_on, elapsed,
+                         note=loaded.note)

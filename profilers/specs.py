@@ -123,6 +123,7 @@ class LoadedModel:
     family: str = ""
     built_on: str = "cpu"  # "meta" when built without weights; capture needs no more
     raw_input: Any = None  # what `preprocess` takes, when the factory gives a sample of it
+    note: str = ""  # how it was built, when that bears on its latency (a prediction says it)
 
     def make_inputs(self, device: str = "cpu") -> list[torch.Tensor]:
         return [s.make(device, self.vocab) for s in self.inputs]
@@ -138,6 +139,7 @@ class _Built:
     postprocess: Callable | None = None
     raw_input: Any = None
     input_names: tuple[str, ...] = ()  # what the inputs are, for the error when none is known
+    note: str = ""
 
 
 def load_model(
@@ -160,7 +162,7 @@ def load_model(
     if batch is not None:
         chosen = with_batch(chosen, batch)
     return LoadedModel(spec, _eval(built.model), chosen, built.vocab, built.preprocess,
-                       built.postprocess, built.family, built_on, built.raw_input)
+                       built.postprocess, built.family, built_on, built.raw_input, built.note)
 
 
 def _eval(model: nn.Module) -> nn.Module:
@@ -275,12 +277,19 @@ def list_torchvision_classification() -> list[str]:
     return sorted(torchvision.models.list_models(module=torchvision.models))
 
 
-TORCHVISION_TASKS = ("segmentation", "video", "optical_flow")
+TORCHVISION_TASKS = ("segmentation", "video", "optical_flow", "detection")
 """torchvision's model modules besides classification that `torchvision:NAME` builds: each takes
-tensors of a fixed shape (`_torchvision_task_inputs`). Detection models take
-lists of images and their output size depends on the values (non-maximum suppression), which
-capture without running cannot follow; quantized models run int8 kernels the profile does not
-time."""
+tensors of a fixed shape (`_torchvision_task_inputs`). Quantized models are refused: they run int8
+kernels the profile does not time.
+
+A detection model takes a list of images (`_ImageList` hands it the batch as one) and how much
+its heads and non-maximum suppression do depends on the scores its weights give. It is built with
+a score threshold of 0, so it keeps the most boxes it can (`detections_per_img`, 100 for the
+R-CNNs and 300 for RetinaNet): the same count for any weights and image, and the most work those
+stages do. With the default threshold, random weights kept 0 or 100 boxes by seed (Keypoint
+R-CNN 1.55 s or 3.33 s at 2 threads here). Its forward reads values, so capture runs it once
+(`capture.capture_spec`)."""
+_DETECTION_IMAGE = (1, 3, 480, 640)  # a typical COCO photo; the model resizes it itself
 _RAFT_IMAGE = (1, 3, 368, 496)  # RAFT's FlyingChairs training crop; any multiple of 8 works
 
 
@@ -302,6 +311,8 @@ def _torchvision_task_inputs(name: str, task: str) -> list[InputSpec]:
 
     if task == "optical_flow":
         return [InputSpec(_RAFT_IMAGE), InputSpec(_RAFT_IMAGE)]
+    if task == "detection":
+        return [InputSpec(_DETECTION_IMAGE)]
     weights = get_model_weights(name).DEFAULT
     transforms = weights.transforms()
     if task == "segmentation":
@@ -312,32 +323,71 @@ def _torchvision_task_inputs(name: str, task: str) -> list[InputSpec]:
     return [InputSpec((1, 3, int(clip.group(1)) if clip else 16, height, width))]
 
 
+class _ImageList(nn.Module):
+    """A detection model called on a batch tensor: it takes a list of images, one per row."""
+
+    def __init__(self, detector: nn.Module) -> None:
+        super().__init__()
+        self.detector = detector
+
+    def forward(self, images: torch.Tensor) -> Any:
+        return self.detector(list(images.unbind(0)))
+
+
+R_CNN_BOX_REGRESSIONS = ("rpn.head.bbox_pred", "roi_heads.box_predictor.bbox_pred")
+
+
+def _anchor_boxes(detector: nn.Module) -> nn.Module:
+    """An R-CNN whose box regressions are zero, so its proposals and detections are its anchors.
+
+    Random regression weights make degenerate boxes (a median width of 0.1 feature cells in
+    Mask R-CNN), so 949 of its 1000 proposals went to the finest FPN level, where RoIAlign reads
+    the largest map. With anchors (5-35 cells a side) they spread 391/379/198/32 over the four
+    levels, as the proposals of a trained model, of all sizes, do. The other detectors' heads do
+    not read under their boxes.
+    """
+    with torch.no_grad():
+        for name in R_CNN_BOX_REGRESSIONS:
+            try:
+                layer = detector.get_submodule(name)
+            except AttributeError:
+                continue
+            for p in layer.parameters():
+                p.zero_()
+    return detector
+
+
 def _build_torchvision(name: str) -> _Built:
     torchvision = _require("torchvision", "torchvision")
 
     classification = list_torchvision_classification()
     task = None if name in classification else _torchvision_task(name)
     if name not in classification and task is None:
-        if name in torchvision.models.list_models(module=torchvision.models.detection):
-            raise SpecError(f"torchvision:{name} is a detection model: it takes a list of images "
-                            "and its output size depends on the values (non-maximum "
-                            "suppression), which capture cannot follow; predict its backbone "
-                            "or wrap the part you deploy in a file.py:FACTORY")
         if name in torchvision.models.list_models(module=torchvision.models.quantization):
             raise SpecError(f"torchvision:{name} is a quantized model: the profile times float "
                             f"kernels; predict torchvision:{name.removeprefix('quantized_')} and "
                             "ask `hwlat advise` about int8")
         raise _unknown("torchvision", name, sorted(torchvision.models.list_models()),
                        "see torchvision.models.list_models()")
-    kwargs = {"weights_backbone": None} if task == "segmentation" else {}  # no download
+    kwargs: dict[str, Any] = {}
+    if task in ("segmentation", "detection"):
+        kwargs["weights_backbone"] = None  # no download
+    if task == "detection":  # the most boxes it can keep (TORCHVISION_TASKS)
+        kwargs["box_score_thresh" if "rcnn" in name else "score_thresh"] = 0.0
     with warnings.catch_warnings():  # e.g. GoogLeNet's note on its future default init
         warnings.simplefilter("ignore", (FutureWarning, UserWarning))
         model = torchvision.models.get_model(name, weights=None, **kwargs)
     if task is None:
         return _Built(model, [InputSpec(_DEFAULT_IMAGE)], family_of(name))
-    # video names carry their family before the underscore (r3d_18, r2plus1d_18, swin3d_t)
-    family = name.split("_")[0] if task == "video" else family_of(name)
-    return _Built(model, _torchvision_task_inputs(name, task), family)
+    note = ""
+    if task == "detection":
+        model = _ImageList(_anchor_boxes(model))
+        note = ("built with score threshold 0, so its heads and non-maximum suppression run on "
+                "the most boxes it keeps: the slow end for real images")
+    # video and detection names carry their family before the underscore (r3d_18, swin3d_t,
+    # fasterrcnn_resnet50_fpn, ssdlite320_mobilenet_v3_large)
+    family = name.split("_")[0] if task in ("video", "detection") else family_of(name)
+    return _Built(model, _torchvision_task_inputs(name, task), family, note=note)
 
 
 def _require(module: str, kind: str):

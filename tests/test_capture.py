@@ -287,3 +287,10 @@ def test_a_forward_that_reads_values_is_recorded_from_one_real_run(tmp_path) -> 
     assert captured.ran and [r.op for r in captured.ops].count("aten.linear.default") == 2
     with pytest.raises(CaptureError, match="depends on tensor values"):
         capture_spec(f"{path}:build", dtype="bfloat16")  # a real run would time fp32 ops
+
+
+def test_a_detection_model_is_recorded_from_one_run_and_says_how_it_was_built() -> None:
+    # non-maximum suppression keeps as many boxes as the values allow: capture runs it once
+    captured = capture_spec("torchvision:ssdlite320_mobilenet_v3_large", inputs=["1x3x64x80"])
+    assert captured.ran and "score threshold 0" in captured.note
+    assert "torchvision.nms.default" in {r.op for r in captured.ops}

@@ -171,6 +171,8 @@ def test_ops_recorded_from_a_real_run_are_noted(predictor, resnet):
     extra = [n for n in ran.notes if n not in plain.notes]
     assert ran.p50_ms == plain.p50_ms
     assert len(extra) == 1 and "recorded from one real run" in extra[0]
+    built = predictor.predict_captured(dataclasses.replace(resnet, note="built some way"))
+    assert [n for n in built.notes if n not in plain.notes] == ["built some way"]
 
 
 def test_family_without_a_model_falls_back_with_a_reason(predictor):

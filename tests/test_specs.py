@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from profilers import specs
 from profilers.errors import SpecError
 from profilers.specs import (
     InputSpec,
@@ -93,6 +94,25 @@ def test_torchvision_segmentation_video_and_flow(name, family, inputs) -> None:
     loaded = load_model(f"torchvision:{name}", meta=True, batch=2)
     assert loaded.family == family and loaded.built_on == "meta"
     assert loaded.inputs == [InputSpec((2, *shape[1:])) for shape in inputs]
+
+
+def test_torchvision_detection_takes_a_batch_and_keeps_the_most_boxes() -> None:
+    # a typical COCO photo by default; the model resizes it itself
+    meta = load_model("torchvision:fasterrcnn_mobilenet_v3_large_320_fpn", meta=True, batch=2)
+    assert meta.family == "fasterrcnn" and meta.inputs == [InputSpec((2, 3, 480, 640))]
+    assert "score threshold 0" in meta.note
+    loaded = load_model("torchvision:ssdlite320_mobilenet_v3_large", inputs=["2x3x64x80"])
+    with torch.inference_mode():
+        out = loaded.model(*loaded.make_inputs())
+    assert [len(o["boxes"]) for o in out] == [300, 300]  # detections_per_img, on random weights
+    rcnn = load_model("torchvision:fasterrcnn_mobilenet_v3_large_320_fpn", inputs=["1x3x64x80"])
+    detector = rcnn.model.detector
+    for name in specs.R_CNN_BOX_REGRESSIONS:  # its boxes are its anchors, not degenerate ones
+        assert all(not p.any() for p in detector.get_submodule(name).parameters())
+    with torch.inference_mode():
+        (found,) = rcnn.model(*rcnn.make_inputs())
+    sides = found["boxes"][:, 2:] - found["boxes"][:, :2]
+    assert len(found["boxes"]) == 100 and sides.min() > 1
 
 
 def test_torchvision_video_model_runs_on_its_inputs() -> None:
@@ -204,7 +224,6 @@ def test_pt2_archive(tmp_path) -> None:
 
 @pytest.mark.parametrize("spec, message", [
     ("torchvision:resnet1", "did you mean: resnet18"),
-    ("torchvision:fasterrcnn_resnet50_fpn", "is a detection model"),
     ("torchvision:quantized_resnet18", "predict torchvision:resnet18"),
     ("timm:resnet_18", "did you mean: resnet18"),
     ("hf:bertt", "did you mean: bert"),
