@@ -94,6 +94,8 @@ def split_op_name(op: str) -> tuple[str, str, str]:
 def resolve_overload(op: str) -> torch._ops.OpOverload:
     """The torch OpOverload named by `op`, e.g. torch.ops.aten.convolution.default."""
     ns, name, overload = split_op_name(op)
+    if ns == "torchvision":  # its ops exist once it is imported (a profile child may not have)
+        import torchvision  # noqa: F401
     try:
         return getattr(getattr(getattr(torch.ops, ns), name), overload)
     except (AttributeError, RuntimeError) as e:
@@ -622,6 +624,30 @@ def grid_sampler_flops(record: OpRecord) -> float:
     return float(GRID_SAMPLER_FLOPS.get(mode, 4) * dims * record.outputs[0].numel)
 
 
+ROI_SAMPLES = 4
+"""Bilinear samples per output element of roi_align when its sampling ratio is adaptive (0):
+ceil(box side / output side) per dimension, which for boxes of 4-24 feature cells pooled to 7x7
+(`_roi_inputs`, and FPN levels assigned by box size) is about 2 x 2."""
+
+
+def roi_align_flops(record: OpRecord) -> float:
+    """Per output element, `sampling_ratio`^2 bilinear samples of 4 multiply-adds each."""
+    ratio = bound(record).get("sampling_ratio") or 0
+    samples = ratio * ratio if ratio > 0 else ROI_SAMPLES
+    return float(8 * samples * record.outputs[0].numel)
+
+
+NMS_IOU_FLOPS = 12  # intersection, union and the comparison of one pair of boxes
+
+
+def nms_flops(record: OpRecord) -> float:
+    """Every kept box is compared with the boxes after it that are still in: about
+    K * (N - K / 2) overlaps for N boxes of which K are kept, plus sorting the scores."""
+    n = record.inputs[0].shape[0] if record.inputs and record.inputs[0].shape else 0
+    k = record.outputs[0].numel if record.outputs else 0
+    return float(NMS_IOU_FLOPS * k * max(n - k / 2, 0) + n * math.log2(max(n, 2)))
+
+
 def upsample_flops(record: OpRecord) -> float:
     """Linear interpolation: 4 FLOPs per output element per interpolated dimension."""
     base = _base_name(record)
@@ -730,6 +756,64 @@ def _grid_inputs(record: OpRecord, b: dict[str, Any], gen: torch.Generator | Non
     grid = b.get("grid")
     if isinstance(grid, torch.Tensor) and grid.dtype.is_floating_point:
         grid.uniform_(-1, 1, generator=gen)
+
+
+ROI_CELLS = (4, 24)  # side of a random region of interest, in feature-map cells
+
+
+def _roi_inputs(record: OpRecord, b: dict[str, Any], gen: torch.Generator | None) -> None:
+    """roi_align reads the boxes it is given: each row of `rois` becomes (image index, x1, y1,
+    x2, y2) in image coordinates, a box `ROI_CELLS` feature cells a side inside the map (what
+    a detector's proposals are on the FPN level their size selects)."""
+    x, rois, scale = b["input"], b["rois"], float(b.get("spatial_scale") or 1.0)
+    if not isinstance(rois, torch.Tensor) or rois.numel() == 0 or x.dim() != 4:
+        return
+    k, (n, _, h, w) = rois.shape[0], x.shape
+
+    def uniform(size: float) -> torch.Tensor:
+        return torch.rand(k, generator=gen, device=rois.device, dtype=rois.dtype) * size
+
+    lo, hi = ROI_CELLS
+    side_w = (lo + uniform(hi - lo)).clamp(max=max(w - 1, 1))
+    side_h = (lo + uniform(hi - lo)).clamp(max=max(h - 1, 1))
+    x1, y1 = uniform(1.0) * (w - side_w).clamp(min=0), uniform(1.0) * (h - side_h).clamp(min=0)
+    rois[:, 0] = torch.randint(0, max(n, 1), (k,), generator=gen, device=rois.device).to(rois.dtype)
+    rois[:, 1:] = torch.stack([x1, y1, x1 + side_w, y1 + side_h], dim=1) / scale
+
+
+def _nms_inputs(record: OpRecord, b: dict[str, Any], gen: torch.Generator | None) -> None:
+    """Boxes that non-maximum suppression reduces to the recorded count K, as a detector's do.
+
+    K boxes on a grid whose neighbours overlap below the threshold (half of it, as IoU), in a
+    random score order; the other N - K are shifted copies of them (overlap above the threshold)
+    scoring below their original, so each is suppressed by it and exactly K remain. Disjoint
+    boxes with exact copies, all kept ones scoring first, ran 2.6x faster than a Faster R-CNN's
+    own boxes (N 1000, K 751: 1.06 ms against 2.7 ms): the kernel's branches then never miss.
+    """
+    dets, scores = b["dets"], b["scores"]
+    n = dets.shape[0] if isinstance(dets, torch.Tensor) and dets.dim() == 2 else 0
+    k = min(record.outputs[0].numel if record.outputs else n, n)
+    if n == 0 or k == 0:
+        return
+    threshold = min(max(float(b.get("iou_threshold") or 0.5), 0.05), 0.95)
+    half = threshold / 2  # IoU o / (2 - o) of two boxes overlapping a share o of their side
+    spacing = 10.0 * (1 - 2 * half / (1 + half))
+    shift = 10.0 * 0.3 * (1 - threshold) / (1 + threshold)  # IoU well above the threshold
+
+    def rand(m: int) -> torch.Tensor:
+        return torch.rand(m, generator=gen, device=dets.device, dtype=torch.float32)
+
+    side = math.ceil(math.sqrt(k))
+    i = torch.arange(k, device=dets.device)
+    x1, y1 = (i % side).float() * spacing, (i // side).float() * spacing
+    kept = torch.stack([x1, y1, x1 + 10, y1 + 10], dim=1)
+    kept_scores = rand(k)
+    original = torch.randint(0, k, (n - k,), generator=gen, device=dets.device)
+    offset = (rand(n - k) * 2 - 1) * shift
+    copies = kept[original] + torch.stack([offset, offset.flip(0), offset, offset.flip(0)], 1)
+    order = torch.randperm(n, generator=gen, device=dets.device)
+    dets[order] = torch.cat([kept, copies]).to(dets.dtype)
+    scores[order] = torch.cat([kept_scores, kept_scores[original] * rand(n - k)]).to(scores.dtype)
 
 
 def _one_hot_inputs(record: OpRecord, b: dict[str, Any], gen: torch.Generator | None) -> None:
@@ -860,7 +944,7 @@ def _build_registry() -> dict[str, OpInfo]:
         "reflection_pad2d reflection_pad3d replication_pad1d replication_pad2d "
         "replication_pad3d roll flip repeat tile repeat_interleave narrow_copy "
         "pixel_shuffle pixel_unshuffle channel_shuffle native_channel_shuffle lift_fresh_copy "
-        "masked_scatter scalar_tensor _local_scalar_dense item select_scatter slice_scatter "
+        "masked_scatter scalar_tensor _local_scalar_dense item is_nonzero select_scatter slice_scatter "
         "index_put index_put_ _unsafe_index_put view_copy _unsafe_view_copy unfold_copy "
         "col2im im2col", _info("data"))
     for name, fam in (("copy_", "data"), ("fill_", "data"), ("zero_", "data"),
@@ -886,6 +970,9 @@ def _build_registry() -> dict[str, OpInfo]:
     add("index _unsafe_index",
         _info("data", bytes_moved=_gather_bytes, make_inputs=_index_inputs))
     add("one_hot", _info("data", make_inputs=_one_hot_inputs))
+    # torchvision's detection ops: pooling boxes out of feature maps, and suppressing overlaps
+    reg["torchvision.roi_align"] = _info("data", flops=roi_align_flops, make_inputs=_roi_inputs)
+    reg["torchvision.nms"] = _info("data", flops=nms_flops, make_inputs=_nms_inputs)
     # output sizes depend on the values: a replay with random values has other shapes
     add("nonzero masked_select unique _unique _unique2 unique_consecutive unique_dim argwhere "
         "nonzero_numpy", _info("data", replayable=False))

@@ -9,6 +9,7 @@ config is one that PyTorch really dispatches. Adaptive rounds live with the data
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import random
 from collections.abc import Callable, Iterable, Iterator
@@ -362,14 +363,59 @@ class _GridSample(nn.Module):
         return F.grid_sample(x, grid, mode="bilinear", align_corners=False)
 
 
-def _layout_copy(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
+class _RoiAlign(nn.Module):
+    def __init__(self, size: int, scale: float) -> None:
+        super().__init__()
+        self.size, self.scale = size, scale
+
+    def forward(self, x, rois):
+        from torchvision.ops import roi_align
+
+        return roi_align(x, rois, self.size, self.scale, sampling_ratio=2)
+
+
+def _roi_align(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
+    """A two-stage detector's RoIAlign: up to 1000 proposals pooled to 7x7 for the box head, or
+    up to 100 detections to 14x14 for the mask head, from one FPN level of an image resized to
+    320-1067 pixels (the boxes: `ops._roi_inputs`)."""
+    stride, side = rng.choice((4, 8, 16, 32)), rng.choice((320, 512, 800, 1067))
+    size, c = rng.choice((7, 7, 14)), rng.choice((256, 256, 128))
+    k = rng.choice((16, 50, 100, 150, 300, 500, 1000) if size == 7 else (8, 16, 50, 100))
+    return _RoiAlign(size, 1 / stride), [(1, c, side // stride, side * 4 // 3 // stride), (k, 5)], False
+
+
+def _nms(rng: random.Random) -> OpRecord:
+    """Non-maximum suppression as detectors run it: N of 100-5000 candidate boxes (a region
+    proposal network's 1000 per FPN level, one class's boxes), of which 5-100% survive (the
+    replay's boxes are built to keep that many: `ops._nms_inputs`). Its output size is the
+    number kept, which capture on fake tensors cannot know, so the record is written out."""
+    n = rng.choice((100, 300, 1000, 2000, 3000, 5000))
+    k = max(1, round(n * rng.choice((0.05, 0.2, 0.5, 0.8, 1.0))))
+    boxes, scores = ((n, 4), (n,))
+    specs = [TensorSpec(s, _contiguous_strides(s), "float32") for s in (boxes, scores)]
+    kept = TensorSpec((k,), (1,), "int64")
+    return OpRecord("torchvision.nms.default", (*specs, rng.choice((0.5, 0.7))), {}, (kept,), "nms")
+
+
+Drawn = tuple[nn.Module, list[tuple[int, ...]], bool] | OpRecord
+"""A generator's draw: a module, its input shapes and whether it runs channels_last; or, for an
+op whose outputs capture cannot follow, the record itself."""
+
+
+def _layout_copy(rng: random.Random) -> Drawn:
     """Transposing copies: NCHW to NHWC and back, a token sequence to an image's channel-first
     layout (what a conv on a transposed sequence copies inside the kernel), attention heads
     split from tokens. The zoo's copies are nearly all contiguous reads; these are gathers.
     And bilinear grid sampling: a spatial transformer's warp of a feature map, and RAFT's
-    look-up of 7x7 windows of its correlation volume, one small image per pixel."""
+    look-up of 7x7 windows of its correlation volume, one small image per pixel. And the
+    detectors' RoIAlign (a bilinear gather) and non-maximum suppression, where torchvision is
+    installed."""
     n = rng.choice((1, 1, 8))
-    kind = rng.choice(("image", "image", "sequence", "heads", "grid"))
+    kind = rng.choice(("image", "image", "sequence", "heads", "grid", "roi", "nms"))
+    if kind in ("roi", "nms"):
+        if importlib.util.find_spec("torchvision") is not None:
+            return _roi_align(rng) if kind == "roi" else _nms(rng)
+        kind = "image"
     if kind == "grid":
         if rng.random() < 0.5:
             c = _channels(rng, 16, 256)
@@ -392,7 +438,7 @@ def _layout_copy(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], 
     return _Relayout((0, 2, 1, 3)), [(n, tokens, heads, dim)], False
 
 
-GENERATORS: dict[str, Callable[[random.Random], tuple[nn.Module, list[tuple[int, ...]], bool]]] = {
+GENERATORS: dict[str, Callable[[random.Random], Drawn]] = {
     "conv": _conv,
     "matmul": _linear,
     "attention": _attention,
@@ -403,18 +449,26 @@ GENERATORS: dict[str, Callable[[random.Random], tuple[nn.Module, list[tuple[int,
     "reduce": _reduce,
     "data": _layout_copy,
 }
-"""Random-config generators, one per op family: a module, its input shapes, channels_last."""
+"""Random-config generators, one per op family (see `Drawn`)."""
 
 
 def random_records(family: str, n: int, *, seed: int = 0, device_type: str = "cpu",
                    dtype: str = "float32") -> list[OpRecord]:
-    """Timed op records from `n` random modules of one family, captured like a real model."""
+    """Timed op records from `n` random modules of one family, captured like a real model (or
+    written out, for an op capture cannot follow)."""
     from profilers.capture import capture
 
     rng = random.Random(f"{family}-{seed}")
     records: list[OpRecord] = []
     for _ in range(n):
-        module, shapes, channels_last = GENERATORS[family](rng)
+        drawn = GENERATORS[family](rng)
+        if isinstance(drawn, OpRecord):  # written out in float32 (boxes stay float32)
+            args = tuple(replace(a, device=device_type) if isinstance(a, TensorSpec) else a
+                         for a in drawn.args)
+            outputs = tuple(replace(o, device=device_type) for o in drawn.outputs)
+            records.extend(timed_records([replace(drawn, args=args, outputs=outputs)]))
+            continue
+        module, shapes, channels_last = drawn
         specs = [TensorSpec(s, _contiguous_strides(s), dtype, device_type) for s in shapes]
         try:
             ops = capture(module.eval(), specs, device_type=device_type, dtype=dtype,

@@ -84,6 +84,41 @@ def test_grid_sampler_replays_on_a_grid_inside_the_image():
     check_replay(rec)
 
 
+def test_roi_align_replays_on_boxes_inside_its_feature_map():
+    """A detector's RoIAlign reads the map under each box: the replay's boxes are image
+    coordinates (1 / spatial_scale) of regions `ROI_CELLS` cells a side, inside the map."""
+    x, rois = torch.randn(2, 4, 10, 12), torch.zeros(6, 5)
+    (rec,) = [r for r in record_real(sampling._RoiAlign(7, 1 / 8), [x, rois]) if "roi" in r.op]
+    assert rec.op == "torchvision.roi_align.default" and ops.lookup(rec.op).family == "data"
+    assert ops.flops_of(rec) == 8 * 4 * 6 * 4 * 7 * 7  # sampling ratio 2: 2x2 bilinear samples
+    args, _ = materialize(rec, seed=1)
+    boxes = args[1]
+    assert set(boxes[:, 0].tolist()) <= {0.0, 1.0}
+    cells = boxes[:, 1:] / 8
+    assert cells.min() >= 0 and (cells[:, 2] <= 12).all() and (cells[:, 3] <= 10).all()
+    sides = cells[:, 2:] - cells[:, :2]
+    assert sides.min() >= ops.ROI_CELLS[0] - 1e-4 or sides.min() >= 9 - 1e-4  # clipped to the map
+    check_replay(rec)
+
+
+def test_nms_replays_to_the_count_the_model_kept():
+    """How long suppression takes depends on how many boxes survive: the replay's boxes are
+    built so that exactly the recorded K of N do."""
+    boxes = torch.tensor([[0, 0, 10, 10], [1, 1, 11, 11], [50, 50, 60, 60], [0, 0, 9, 10.0]])
+    scores = torch.tensor([0.9, 0.8, 0.7, 0.6])
+
+    class Suppress(torch.nn.Module):
+        def forward(self, b, s):
+            return torchvision.ops.nms(b, s, 0.5)
+
+    (rec,) = [r for r in record_real(Suppress(), [boxes, scores]) if "nms" in r.op]
+    assert rec.outputs[0].shape == (2,)
+    assert ops.flops_of(rec) == ops.NMS_IOU_FLOPS * 2 * (4 - 1) + 4 * 2
+    args, _ = materialize(rec, seed=2)
+    assert torchvision.ops.nms(*args).shape == (2,)
+    check_replay(rec)
+
+
 def test_transformer_encoder_fast_path_replays():
     layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
     model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
