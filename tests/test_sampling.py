@@ -96,3 +96,15 @@ def test_random_convs_include_grouped_ones_that_real_models_use():
         cin, per_group = r.inputs[0].shape[1], r.inputs[1].shape[1]
         assert r.inputs[1].shape[0] == cin and cin == per_group * groups[r.key]
         assert per_group in sampling.GROUP_WIDTHS
+
+
+def test_the_data_family_draws_the_detectors_roi_align_and_nms() -> None:
+    from profilers.opbench import check_replay
+
+    records = sampling.random_records("data", 60, seed=3)
+    ops_drawn = {r.op for r in records}
+    assert {"torchvision.roi_align.default", "torchvision.nms.default"} <= ops_drawn
+    for r in (r for r in records if r.op == "torchvision.nms.default"):
+        n, k = r.inputs[0].shape[0], r.outputs[0].shape[0]
+        assert 0 < k <= n and r.args[2] in (0.5, 0.7)
+        check_replay(r)  # the replay keeps exactly the drawn count
