@@ -131,6 +131,17 @@ def test_cross_validate_reports_a_finite_error_for_each_target(convs):
     assert all(0 <= e < 1 for e in errors.values())
 
 
+def test_the_data_family_learns_the_residual_whatever_its_cv_says():
+    """Its ops have little in common, and a rare one's time must scale with its size."""
+    records = list({r.key: r for r in sampling.random_records("data", 60, seed=3)}.values())
+    x = feature_matrix(records, "data", PEAKS)
+    y = np.array([synthetic_s(r) for r in records])
+    groups = ["random"] * len(records)
+    chosen, cv = model_store._choose_target("data", x, y, PEAKS, groups, "auto", SMALL)
+    assert chosen == "roofline_residual" and set(cv) == {"roofline_residual"}
+    assert model_store._choose_target("data", x, y, PEAKS, groups, "log", SMALL)[0] == "log"
+
+
 # ---------------------------------------------------------------------------- model store
 
 
