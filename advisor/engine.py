@@ -23,7 +23,7 @@ from advisor.rank import LeverResult, fastest_meeting, pareto, rank
 from advisor.simulator import BatchCurve, SimResult, simulate_poisson, utilization
 from kernels_db.store import KernelDB
 from predictor.e2e import Prediction, Predictor
-from profilers.capture import capture
+from profilers.capture import capture_or_run
 from profilers.errors import AdvisorError, HwlatError
 from profilers.specs import load_model, with_batch
 
@@ -145,12 +145,14 @@ class _Advisor:
         self.curve: BatchCurve | None = None
         self.base_sim: SimResult | None = None
         self.base_target: float | None = None
+        self.vocab: int | None = None
 
     def run(self) -> Advice:
         req = self.req
         self.say(f"capturing {req.spec}")
         batch = 1 if req.rate is not None else req.batch
         loaded = load_model(req.spec, inputs=req.inputs, batch=batch)
+        self.vocab = loaded.vocab  # a forward that reads values is run once, with valid ids
         base_ops = self.capture(loaded.model, loaded.inputs)
         base = self.predictor.predict_ops(base_ops, spec=req.spec)
         ctx = LeverContext(req.spec, loaded, list(loaded.inputs), req.dtype, self.device,
@@ -176,8 +178,10 @@ class _Advisor:
 
     def capture(self, model, inputs, *, dtype: str | None = None,
                 channels_last: bool = False) -> list:
-        return capture(model, list(inputs), device_type=self.device.kind,
-                       dtype=dtype or self.req.dtype, channels_last=channels_last)
+        ops, _ = capture_or_run(model, list(inputs), device_type=self.device.kind,
+                                dtype=dtype or self.req.dtype, channels_last=channels_last,
+                                vocab=self.vocab)
+        return ops
 
     def simulate_baseline(self) -> dict:
         req = self.req

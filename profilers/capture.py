@@ -465,7 +465,7 @@ def capture_spec(
         return _timed_capture(loaded, options)
     except CaptureError as e:
         failure = e
-    can_run = device_type == "cpu" and dtype == "float32" and not channels_last
+    can_run = can_run_instead(device_type, dtype, channels_last)
     if isinstance(failure, ValueDependentCapture) and not can_run:
         raise failure  # fake tensors fail it on any build; a real run would time other ops
     if loaded.built_on == "meta":
@@ -486,6 +486,26 @@ def capture_spec(
     ops = record_real(loaded.model, list(loaded.inputs), grad_mode, vocab=loaded.vocab)
     return CapturedModel(loaded.spec, loaded.family, loaded.inputs, ops, loaded.built_on,
                          time.perf_counter() - start, ran=True, note=loaded.note)
+
+
+def can_run_instead(device_type: str, dtype: str, channels_last: bool) -> bool:
+    """Whether one real forward here runs the ops the target would: CPU, float32, plain layout."""
+    return device_type == "cpu" and dtype == "float32" and not channels_last
+
+
+def capture_or_run(model: nn.Module, inputs: list[CaptureInput], *, device_type: str = "cpu",
+                   dtype: str = "float32", channels_last: bool = False,
+                   vocab: int | None = None) -> tuple[list[OpRecord], bool]:
+    """(ops, ran): `capture` on fake tensors, or, for a forward that reads tensor values (a
+    detector's NMS, Longformer's padding), one real run where `can_run_instead`. For a model
+    already built for real; `capture_spec` also handles specs built on meta."""
+    try:
+        return capture(model, inputs, device_type=device_type, dtype=dtype,
+                       channels_last=channels_last), False
+    except ValueDependentCapture:
+        if not can_run_instead(device_type, dtype, channels_last):
+            raise
+    return record_real(model, inputs, vocab=vocab), True
 
 
 def _timed_capture(loaded: LoadedModel, options: dict[str, Any]) -> CapturedModel:

@@ -9,7 +9,7 @@ import torch
 import torchvision
 from torch import nn
 
-from profilers.capture import capture, capture_spec, record_real
+from profilers.capture import capture, capture_or_run, capture_spec, record_real
 from profilers.errors import CaptureError
 from profilers.oprecord import OpRecord
 from profilers.specs import InputSpec, load_model, parse_input_spec
@@ -287,6 +287,19 @@ def test_a_forward_that_reads_values_is_recorded_from_one_real_run(tmp_path) -> 
     assert captured.ran and [r.op for r in captured.ops].count("aten.linear.default") == 2
     with pytest.raises(CaptureError, match="depends on tensor values"):
         capture_spec(f"{path}:build", dtype="bfloat16")  # a real run would time fp32 ops
+
+
+def test_capture_or_run_runs_a_built_model_whose_forward_reads_values(tmp_path) -> None:
+    # what the advisor captures its variants with: the model is already built for real
+    path = tmp_path / "valuedep.py"
+    path.write_text(VALUE_DEPENDENT)
+    loaded = load_model(f"{path}:build")
+    ops, ran = capture_or_run(loaded.model, list(loaded.inputs))
+    assert ran and [r.op for r in ops].count("aten.linear.default") == 2
+    with pytest.raises(CaptureError, match="depends on tensor values"):
+        capture_or_run(loaded.model, list(loaded.inputs), dtype="bfloat16")
+    plain, ran = capture_or_run(nn.Linear(4, 2).eval(), [torch.randn(3, 4)])
+    assert not ran and [r.op for r in plain] == ["aten.linear.default"]
 
 
 def test_a_detection_model_is_recorded_from_one_run_and_says_how_it_was_built() -> None:
