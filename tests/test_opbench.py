@@ -96,8 +96,8 @@ def test_roi_align_replays_on_boxes_inside_its_feature_map():
     assert set(boxes[:, 0].tolist()) <= {0.0, 1.0}
     cells = boxes[:, 1:] / 8
     assert cells.min() >= 0 and (cells[:, 2] <= 12).all() and (cells[:, 3] <= 10).all()
-    sides = cells[:, 2:] - cells[:, :2]
-    assert sides.min() >= ops.ROI_CELLS[0] - 1e-4 or sides.min() >= 9 - 1e-4  # clipped to the map
+    sides = cells[:, 2:] - cells[:, :2]  # ROI_CELLS, clipped to the 12x10 map
+    assert sides.min() >= ops.ROI_CELLS[0] - 1e-4 and sides[:, 1].max() <= 9 + 1e-4
     check_replay(rec)
 
 
