@@ -368,7 +368,8 @@ def family_errors(db: KernelDB, device_id: str, measured: list | None = None) ->
     from profilers.oprecord import OpRecord
     from profilers.ops import feature_names, features
 
-    peaks = db.get_device(device_id).peaks
+    device = db.get_device(device_id)
+    peaks = device.peaks
     by_family: dict[str, list] = {}
     for m in db.measured(device_id) if measured is None else measured:
         by_family.setdefault(m.family, []).append(m)
@@ -379,7 +380,7 @@ def family_errors(db: KernelDB, device_id: str, measured: list | None = None) ->
         if len(rows) > ADAPTIVE_ROWS:
             rows = random.Random(len(rows)).sample(rows, ADAPTIVE_ROWS)
         names = feature_names(family)
-        feats = [features(OpRecord.from_json(r.record), peaks) for r in rows]
+        feats = [features(OpRecord.from_json(r.record), peaks, device.threads) for r in rows]
         x = np.array([[f.get(n, np.nan) for n in names] for f in feats], dtype=float)
         y = np.log(np.array([r.median_s for r in rows]))
         idx = np.arange(len(rows))

@@ -256,7 +256,8 @@ class Predictor:
                 pending[result][record.key] = record
         for family, by_key in pending.items():
             model = self.models.models[family]
-            x = feature_matrix(list(by_key.values()), family, self.models.peaks)
+            x = feature_matrix(list(by_key.values()), family, self.models.peaks,
+                               self.models.threads)
             for (key, record), p50, lo, hi in zip(by_key.items(), *model.predict_matrix(x),
                                                   strict=True):
                 floor = self._memory_floor_s(record)

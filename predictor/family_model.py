@@ -56,20 +56,22 @@ class FamilyModel:
         return x[:, self.feature_names_.index(_RF_COLUMN)]
 
     def fit(self, records: Sequence[OpRecord], latencies_s: Sequence[float],
-            peaks: dict | None) -> FamilyModel:
+            peaks: dict | None, threads: int | None = None) -> FamilyModel:
         if self.target not in TARGETS:
             raise ValueError(f"target must be one of {TARGETS}, got {self.target!r}")
         self.feature_names_ = feature_names(self.family)
-        x = feature_matrix(records, self.family, peaks)
-        return self.fit_matrix(x, np.asarray(latencies_s, dtype=np.float64), peaks)
+        x = feature_matrix(records, self.family, peaks, threads)
+        return self.fit_matrix(x, np.asarray(latencies_s, dtype=np.float64), peaks, threads)
 
-    def fit_matrix(self, x: np.ndarray, latencies_s: np.ndarray, peaks: dict | None) -> FamilyModel:
-        """`fit` on a precomputed `feature_matrix` (cross-validation reuses one matrix)."""
+    def fit_matrix(self, x: np.ndarray, latencies_s: np.ndarray, peaks: dict | None,
+                   threads: int | None = None) -> FamilyModel:
+        """`fit` on a precomputed `feature_matrix` (cross-validation reuses one matrix); `peaks`
+        and `threads` are kept for `predict` on records."""
         if len(x) == 0 or np.any(~np.isfinite(latencies_s)) or np.any(latencies_s <= 0):
             raise HwlatError(f"{self.family}: training needs positive latencies, got "
                              f"{len(x)} rows")
         self.feature_names_ = feature_names(self.family)
-        self.peaks_ = peaks
+        self.peaks_, self.threads_ = peaks, threads
         y = np.log(latencies_s) - self._base(x)
         data = lgb.Dataset(x, y, feature_name=self.feature_names_, free_raw_data=False,
                            params={"verbosity": -1, "min_data_in_bin": 1})
@@ -90,7 +92,8 @@ class FamilyModel:
     def predict(self, records: Sequence[OpRecord]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(p50, lo, hi) in seconds, one entry per record."""
         self._check_fitted()
-        return self.predict_matrix(feature_matrix(records, self.family, self.peaks_))
+        return self.predict_matrix(feature_matrix(records, self.family, self.peaks_,
+                                                  self.threads_))
 
     def predict_matrix(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         self._check_fitted()
@@ -126,7 +129,7 @@ class FamilyModel:
             "params": {"n_estimators": self.n_estimators, "learning_rate": self.learning_rate,
                        "num_leaves": self.num_leaves,
                        "min_child_samples": self.min_child_samples, "seed": self.seed},
-            "feature_names": self.feature_names_, "peaks": self.peaks_,
+            "feature_names": self.feature_names_, "peaks": self.peaks_, "threads": self.threads_,
             "n_train": self.n_train_, "files": [p.name for p in files],
         }, indent=1, sort_keys=True))
         return sidecar
@@ -140,6 +143,7 @@ class FamilyModel:
         boosters = [lgb.Booster(model_file=str(directory / name)) for name in meta["files"]]
         model.booster_, model.quantile_boosters_ = boosters[0], boosters[1:]
         model.feature_names_, model.peaks_ = meta["feature_names"], meta["peaks"]
+        model.threads_ = meta.get("threads")
         model.n_train_ = meta["n_train"]
         return model
 

@@ -3,7 +3,9 @@
 Training and prediction both call `feature_matrix`, so a model can never see a feature computed
 differently from the ones it was fitted on (nn-Meter's builder and predictor drifted apart).
 The registry (`profilers.ops`) owns the per-family features; this module only adds what needs the
-device: the roofline estimate from the device's measured peaks, and log transforms of it.
+device: the roofline estimate from the device's measured peaks, and log transforms of it; and it
+hands the registry the device's thread count, on which ATen's choice of kernel can depend
+(`ops.conv_path_features`).
 """
 
 from __future__ import annotations
@@ -50,9 +52,10 @@ def feature_names(family: str) -> list[str]:
     return [*ops.feature_names(family), *DEVICE_FEATURES]
 
 
-def feature_row(record: OpRecord, family: str, peaks: dict | None) -> list[float]:
+def feature_row(record: OpRecord, family: str, peaks: dict | None,
+                threads: int | None = None) -> list[float]:
     peaks = peaks_or_nominal(peaks)
-    values = ops.features(record, peaks)
+    values = ops.features(record, peaks, threads)
     row = [float(values.get(name, math.nan)) for name in ops.feature_names(family)]
     compute_s, memory_s = ops.roofline_parts(record, peaks)
     row += [math.log(max(compute_s, memory_s, _MIN_S)), math.log(max(compute_s, _MIN_S)),
@@ -60,9 +63,12 @@ def feature_row(record: OpRecord, family: str, peaks: dict | None) -> list[float
     return row
 
 
-def feature_matrix(records: Sequence[OpRecord], family: str, peaks: dict | None) -> np.ndarray:
-    """One row per record in `feature_names(family)` order; missing features are NaN."""
+def feature_matrix(records: Sequence[OpRecord], family: str, peaks: dict | None,
+                   threads: int | None = None) -> np.ndarray:
+    """One row per record in `feature_names(family)` order; missing features are NaN.
+
+    `threads`: the device's thread count (None for a GPU, or where unknown)."""
     width = len(feature_names(family))
     if not records:
         return np.empty((0, width))
-    return np.array([feature_row(r, family, peaks) for r in records], dtype=np.float64)
+    return np.array([feature_row(r, family, peaks, threads) for r in records], dtype=np.float64)

@@ -26,7 +26,7 @@ from predictor.features import feature_matrix, feature_names, roofline_s
 from profilers.oprecord import OpRecord
 
 FORMAT = "hwlat-predictor"
-FORMAT_VERSION = 3  # 2: targets chosen with LOG_TARGET_MARGIN; 3: RESIDUAL_FAMILIES (older caches retrain)
+FORMAT_VERSION = 4  # 2: LOG_TARGET_MARGIN; 3: RESIDUAL_FAMILIES; 4: threads (older caches retrain)
 SIDECAR = "models.json"
 UNMODELLED_FAMILIES = ("free", "unknown")  # no latency to learn: free is 0, unknown has no features
 MIN_ROWS = 10  # fewer measured configs than this: the family falls back to the roofline
@@ -62,6 +62,7 @@ class DeviceModels:
     directory: Path
     retrained: bool = False
     versions: dict = field(default_factory=dict)
+    threads: int | None = None  # the device's thread count (features: `ops.conv_path_features`)
 
     def read_extra(self, name: str) -> dict | None:
         """A cached artifact trained on the same database state (e.g. the e2e correction)."""
@@ -163,17 +164,17 @@ def train(db: KernelDB, device_id: str, directory: Path, *, target: str = "auto"
         if progress:
             progress(f"training {family} ({len(fam_rows)} configs)")
         records = [OpRecord.from_json(json.loads(r.record_json)) for r in fam_rows]
-        x = feature_matrix(records, family, device.peaks)
+        x = feature_matrix(records, family, device.peaks, device.threads)
         y = np.array([r.median_s for r in fam_rows])
         chosen, cv = _choose_target(family, x, y, device.peaks, [r.source for r in fam_rows],
                                     target, params)
         model = FamilyModel(family, target=chosen, **params)
-        models[family] = model.fit_matrix(x, y, device.peaks)
+        models[family] = model.fit_matrix(x, y, device.peaks, device.threads)
         families[family] = {"target": chosen, "n_train": len(fam_rows), "cv_mape": cv,
                             "feature_names": feature_names(family)}
     result = DeviceModels(device.id, token, device.peaks, models, families,
                           roofline_ratios(rows, device.peaks), Path(directory), retrained=True,
-                          versions=library_versions(MODEL_DISTS))
+                          versions=library_versions(MODEL_DISTS), threads=device.threads)
     save(result)
     return result
 
@@ -188,7 +189,8 @@ def save(dm: DeviceModels) -> None:
     for model in dm.models.values():
         model.save(dm.directory)
     sidecar = {"format": FORMAT, "format_version": FORMAT_VERSION, "device_id": dm.device_id,
-               "state_token": dm.state_token, "peaks": dm.peaks, "families": dm.families,
+               "state_token": dm.state_token, "peaks": dm.peaks, "threads": dm.threads,
+               "families": dm.families,
                "roofline_ratios": dm.roofline_ratios, "versions": dm.versions,
                "created_at": time.time()}
     _atomic_write(dm.directory / SIDECAR, json.dumps(sidecar, indent=1, sort_keys=True))
@@ -212,7 +214,7 @@ def load(directory: Path, device_id: str, state_token: str) -> DeviceModels | No
         return None  # unreadable or partial cache: retraining is the safe answer
     return DeviceModels(device_id, state_token, meta["peaks"], models, meta["families"],
                         dict(meta["roofline_ratios"]), Path(directory), retrained=False,
-                        versions=meta.get("versions", {}))
+                        versions=meta.get("versions", {}), threads=meta["threads"])
 
 
 def load_or_train(db: KernelDB, device: str, *, directory: str | os.PathLike | None = None,

@@ -33,6 +33,7 @@ from profilers.oprecord import (
     _channels_last_strides,
     _contiguous_strides,
     _with_first_tensor,
+    dtype_from_name,
     tensors_in,
 )
 
@@ -52,6 +53,10 @@ def _no_features(record: OpRecord) -> Features:
     return {}
 
 
+def _no_path_features(record: OpRecord, threads: int | None) -> Features:
+    return {}
+
+
 @dataclass(frozen=True)
 class OpInfo:
     """What hwlat knows about one op.
@@ -62,12 +67,15 @@ class OpInfo:
     (valid indices, positive inputs to log/sqrt); it receives the op's schema-bound arguments.
     `dense_input`: ATen copies a first input that is neither contiguous nor channels_last into
     one of those before the kernel runs (`dense_input_split`).
+    `path_features`: features of the kernel ATen picks for the call, which can depend on the
+    device's thread count as well as the shapes (`conv_path_features`); NaN where unknown.
     """
 
     family: str
     flops: Callable[[OpRecord], float] = _zero
     bytes_moved: Callable[[OpRecord], float] | None = None  # None: default_bytes
     features: Callable[[OpRecord], Features] = _no_features
+    path_features: Callable[[OpRecord, int | None], Features] = _no_path_features
     free: bool = False
     replayable: bool = True
     make_inputs: InputsHook | None = None
@@ -252,6 +260,62 @@ def conv_features(record: OpRecord) -> Features:
         "weight_channels_last": float(w.memory_format == "channels_last"),
         "Cin_align": _align(cin), "Cout_align": _align(cout),
     }
+
+
+def conv_path_features(record: OpRecord, threads: int | None) -> Features:
+    """`native_path`: 1 where ATen runs the conv on its own im2col + GEMM kernels (slow_conv2d,
+    slow_conv3d, their dilated and transposed kinds), 0 where on oneDNN; NaN off the CPU or
+    without a thread count. ATen picks by shape and thread count (`_select_conv_backend`): an
+    unstrided 1x1 conv below batch 16 at 1 thread, a batch-1 conv with kernels of at most 3 on
+    at most 20480 input elements in its first four dims. The native kernels are much slower at
+    the same FLOPs (1 thread here: a 3x3x3 conv3d 16->16 on 1x16x8x56x56 32.7 ms against 3.5 ms a
+    sample at batch 2; a 3x3 conv 256->256 on 7x7 0.74 against 0.31 ms). Given to the conv model,
+    its grouped-CV MAPE went from 15.3% to 12.8% (1 thread, 3306 configs) and 22.4% to 20.9%
+    (2 threads, 2823 configs)."""
+    arg = record.args[0] if record.args else None
+    if threads is None or not isinstance(arg, TensorSpec) or arg.device != "cpu":
+        return {"native_path": float("nan")}
+    base = record.op.split(".")[1] if record.op.count(".") >= 1 else record.op
+    if base.startswith(("slow_", "thnn_")) or base.startswith("mkldnn_"):
+        return {"native_path": float(not base.startswith("mkldnn_"))}
+    return {"native_path": _native_conv(record, threads)}
+
+
+def _native_conv(record: OpRecord, threads: int) -> float:
+    b = bound(record)
+    x, w = b["input"], b["weight"]
+    nd = len(w.shape) - 2
+    shape = tuple(x.shape) if len(x.shape) == len(w.shape) else (1, *x.shape)
+    transposed = bool(b.get("transposed")) or "transpose" in record.op
+    pad = [int(p) for p in _conv_padding(b, [int(k) for k in w.shape[2:]],
+                                         _pair(b.get("dilation"), nd), nd)]
+    return _native_backend(shape, tuple(w.shape), x.dtype, tuple(_pair(b.get("stride"), nd)),
+                           tuple(pad), tuple(_pair(b.get("dilation"), nd)), transposed,
+                           tuple(_pair(b.get("output_padding"), nd, 0)),
+                           int(b.get("groups") or 1), threads)
+
+
+@cache
+def _native_backend(x: tuple, w: tuple, dtype: str, stride: tuple, pad: tuple, dilation: tuple,
+                    transposed: bool, output_padding: tuple, groups: int, threads: int) -> float:
+    """Ask ATen which backend it would run, on stride-0 stand-ins (nothing is allocated)."""
+    select = getattr(torch._C, "_select_conv_backend", None)
+    if select is None:
+        return float("nan")
+    dt = dtype_from_name(dtype)
+    before = torch.get_num_threads()
+    try:
+        if before != threads:
+            torch.set_num_threads(threads)
+        chosen = select(torch.empty(1, dtype=dt).expand(*x), torch.empty(1, dtype=dt).expand(*w),
+                        None, list(stride), list(pad), list(dilation), transposed,
+                        list(output_padding), groups, None)
+    except (RuntimeError, TypeError, ValueError):
+        return float("nan")
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+    return float(str(chosen).rsplit(".", 1)[-1].startswith("Slow"))
 
 
 # --------------------------------------------------------------------------- matmul
@@ -882,7 +946,8 @@ def dense_input_split(record: OpRecord) -> tuple[OpRecord, OpRecord] | None:
 
 def _info(family: str, **kw: Any) -> OpInfo:
     defaults: dict[str, Any] = {
-        "conv": {"flops": conv_flops, "features": conv_features},
+        "conv": {"flops": conv_flops, "features": conv_features,
+                 "path_features": conv_path_features},
         "matmul": {"flops": matmul_flops, "features": matmul_features},
         "attention": {"flops": attention_flops, "features": _attention_dims},
         "rnn": {"flops": rnn_flops, "features": _rnn_dims},
@@ -1040,7 +1105,7 @@ _FAMILY_FEATURES: dict[str, tuple[str, ...]] = {
     "conv": ("N", "Cin", "Cout", "D", "H", "W", "Hout", "Wout", "kh", "kw", "kd", "stride_h",
              "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w", "groups", "depthwise",
              "channels_per_group", "transposed", "has_bias", "spatial_dims",
-             "weight_channels_last", "Cin_align", "Cout_align"),
+             "weight_channels_last", "Cin_align", "Cout_align", "native_path"),
     "matmul": ("batch", "M", "N", "K", "has_bias", "a_transposed", "b_transposed", "N_align",
                "K_align"),
     "attention": ("batch", "heads", "Lq", "Lk", "head_dim", "head_dim_v", "causal", "has_mask",
@@ -1109,15 +1174,19 @@ def common_features(record: OpRecord, info: OpInfo | None, peaks: dict | None = 
     }
 
 
-def features(record: OpRecord, peaks: dict | None = None) -> Features:
+def features(record: OpRecord, peaks: dict | None = None, threads: int | None = None) -> Features:
     """The feature vector of one call, ordered as `feature_names(record_family(record))`.
 
     Training and prediction both call this. Values a family cannot compute are NaN;
-    roofline features are NaN without `peaks`.
+    roofline features are NaN without `peaks`, kernel-path features without `threads` (the
+    device's thread count).
     """
     info = lookup(record.op)
     family = record_family(record)
     values = common_features(record, info, peaks)
-    specific = {} if family == "free" else (info or fallback_info()).features(record)
+    specific = {}
+    if family != "free":
+        info = info or fallback_info()
+        specific = {**info.features(record), **info.path_features(record, threads)}
     values.update({f"{family}.{k}": float(v) for k, v in specific.items()})
     return {n: float(values.get(n, float("nan"))) for n in feature_names(family)}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,49 @@ def test_transposed_conv_flops_use_input_positions():
     assert ops.flops_of(rec) == torch_flops(
         F.conv_transpose2d, torch.randn(1, 4, 4, 4), torch.randn(4, 2, 2, 2), stride=2)
     assert ops.features(rec)["conv.transposed"] == 1.0
+
+
+def _ran_native(x: torch.Tensor, w: torch.Tensor, threads: int, **kw) -> bool:
+    """Whether ATen ran the conv on its own kernels (slow_conv*), from the profiler's events."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        conv_fn = F.conv3d if w.dim() == 5 else F.conv2d
+        with torch.no_grad(), torch.profiler.profile() as prof:
+            conv_fn(x, w, **kw)
+    finally:
+        torch.set_num_threads(before)
+    names = {e.name for e in prof.events()}
+    assert any("mkldnn_convolution" in n or "slow_conv" in n for n in names), names
+    return any("slow_conv" in n for n in names)
+
+
+@pytest.mark.parametrize(("x", "w", "kw"), [
+    ((1, 24, 28, 28), (48, 24, 1, 1), {}),  # 1x1: native at 1 thread, small enough at 2
+    ((1, 64, 56, 56), (64, 64, 1, 1), {}),  # 1x1, large: native only at 1 thread
+    ((8, 64, 14, 14), (64, 64, 1, 1), {}),  # batch 8: oneDNN at 2 threads
+    ((1, 256, 7, 7), (256, 256, 3, 3), {"padding": 1}),  # small 3x3: native
+    ((1, 512, 7, 7), (512, 512, 3, 3), {"padding": 1}),  # 25088 input elements: oneDNN
+    ((1, 32, 14, 14), (64, 32, 3, 3), {"stride": 2, "padding": 1}),
+    ((1, 16, 4, 14, 14), (16, 16, 3, 3, 3), {"padding": 1}),  # small conv3d: slow_conv3d
+    ((1, 3, 8, 28, 28), (8, 3, 3, 7, 7), {"padding": (1, 3, 3)}),  # 7x7 kernel: oneDNN
+])
+def test_conv_native_path_is_the_kernel_aten_runs(x, w, kw):
+    xt, wt = torch.randn(x), torch.randn(w)
+    out = (F.conv3d if len(w) == 5 else F.conv2d)(xt, wt, **kw)
+    nd = len(w) - 2
+    rec = OpRecord("aten.convolution.default",
+                   (spec(*x), spec(*w), None, list(ops._pair(kw.get("stride", 1), nd)),
+                    list(ops._pair(kw.get("padding", 0), nd, 0)), [1] * nd, False, [0] * nd, 1),
+                   outputs=(spec(*out.shape),))
+    threads_before = torch.get_num_threads()
+    for threads in (1, 2):
+        native = ops.features(rec, threads=threads)["conv.native_path"]
+        assert native == float(_ran_native(xt, wt, threads, **kw)), threads
+    assert torch.get_num_threads() == threads_before  # asking ATen changes nothing
+    assert math.isnan(ops.features(rec)["conv.native_path"])  # no thread count: unknown
+    on_gpu = replace(rec, args=(replace(rec.args[0], device="cuda"), *rec.args[1:]))
+    assert math.isnan(ops.features(on_gpu, threads=1)["conv.native_path"])
 
 
 def test_addmm_bmm_linear_flops():

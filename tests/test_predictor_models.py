@@ -162,6 +162,8 @@ def test_reloads_when_unchanged_and_retrains_when_the_database_changed(tmp_path,
     first = model_store.load_or_train(db, "dev1", directory=tmp_path / "m", params=SMALL)
     again = model_store.load_or_train(db, "dev1", directory=tmp_path / "m", params=SMALL)
     assert first.retrained and not again.retrained
+    # the device's thread count reaches the features (which kernel ATen picks) and is kept
+    assert again.threads == again.models["conv"].threads_ == 1
     assert np.array_equal(first.models["conv"].predict(convs)[0],
                           again.models["conv"].predict(convs)[0])
     add_measured(db, eltwise)
