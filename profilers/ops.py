@@ -19,6 +19,7 @@ Conventions (one multiply-add = 2 FLOPs, as in `torch.utils.flop_counter`):
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
@@ -662,7 +663,18 @@ def generic_features(record: OpRecord) -> Features:
         "in_place": float(split_op_name(record.op)[1].endswith("_") or "out" in record.kwargs),
         "flops_per_elem": flops_of(record) / numel_out if numel_out else 0.0,
         "log_gather_stride": _log_gather_stride(ins[0] if ins else None, out),
+        "op_code": op_code(record),
     }
+
+
+def op_code(record: OpRecord) -> float:
+    """Which op this is, as a number trees can split on: its base name's CRC-32 mod 10007
+    (stable across processes and versions; a rare collision only merges two ops). These
+    families share one model across many ops whose sizes say little of their cost (hardswish on
+    1x36x2940 was predicted at 21x its time): given the op, the eltwise model's grouped-CV MAPE
+    went from 19.4% to 10.2% (1 thread, 2203 configs of 12 ops), reduce 20.1% to 18.3%, data
+    28.3% to 26.9%."""
+    return float(zlib.crc32(_base_name(record).encode()) % 10007)
 
 
 def _log_gather_stride(x: TensorSpec | None, out: TensorSpec | None) -> float:
@@ -1117,7 +1129,8 @@ _FAMILY_FEATURES: dict[str, tuple[str, ...]] = {
     "norm": ("numel", "normalized_size", "N", "C", "groups", "has_weight", "training", "kind"),
     **{f: ("numel_in", "numel_in_total", "numel_out", "n_tensor_inputs", "ndim_out",
            "reduce_size", "broadcast", "inputs_contiguous", "output_contiguous", "in_place",
-           "flops_per_elem", "log_gather_stride") for f in ("eltwise", "reduce", "data", UNKNOWN)},
+           "flops_per_elem", "log_gather_stride", "op_code")
+       for f in ("eltwise", "reduce", "data", UNKNOWN)},
     "free": (),
 }
 

@@ -206,9 +206,29 @@ def _conv3d(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]
     return mod, [(n, cin, max(frames, k[0]), max(hw, k[1]), max(hw, k[2]))], False
 
 
+TRANSPOSED_SHARE = 0.08
+"""Of the random convs, the share drawn transposed (U-Nets, GAN and segmentation decoders:
+kernel 2 stride 2, kernel 4 stride 2 padding 1, kernel 3 stride 2 with output padding). No
+training zoo model has one, and the conv model priced 2x2 and 4x4 ones at 1.3x and 2.8x their
+time (1 thread)."""
+
+
+def _conv_transpose(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
+    cin, cout = _channels(rng, 8, 512), _channels(rng, 8, 512)
+    k, pad, out_pad = rng.choice(((2, 0, 0), (2, 0, 0), (4, 1, 0), (3, 1, 1)))
+    n, hw = rng.choice((1, 1, 2, 8)), rng.choice((7, 8, 14, 16, 28, 32, 56, 64))
+    while hw > 4 and 2 * n * hw * hw * k * k * cin * cout > MAX_RANDOM_GFLOP * 1e9:
+        hw //= 2
+    mod = nn.ConvTranspose2d(cin, cout, k, 2, padding=pad, output_padding=out_pad,
+                             bias=rng.random() < 0.5)
+    return mod, [(n, cin, hw, hw)], False
+
+
 def _conv(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
     if rng.random() < CONV3D_SHARE:
         return _conv3d(rng)
+    if rng.random() < TRANSPOSED_SHARE:
+        return _conv_transpose(rng)
     cin = _channels(rng, 3, 2048) if rng.random() > 0.05 else 3
     k = rng.choice((1, 1, 1, 3, 3, 3, 5, 7))
     stride = rng.choice((1, 1, 1, 2))
@@ -292,6 +312,12 @@ def _pool(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
 
 def _norm_act(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
     c, hw = _channels(rng, 16, 1024), _spatial(rng)
+    if rng.random() < 0.2:  # diffusion U-Nets and detection heads; style transfer, GANs
+        c = (c // 32) * 32 or 32
+        norm = nn.GroupNorm(rng.choice((8, 16, 32)), c) if rng.random() < 0.6 else \
+            nn.InstanceNorm2d(c, affine=rng.random() < 0.5)
+        n = rng.choice((1, 1, 8))
+        return nn.Sequential(norm, nn.SiLU()), [(n, c, *(2 * [_fit_spatial(n, c, hw * 2)]))], False
     if rng.random() < 0.5:
         act = rng.choice((nn.ReLU(), nn.ReLU6(), nn.SiLU(), nn.Hardswish(), nn.GELU(), nn.Sigmoid()))
         return nn.Sequential(nn.BatchNorm2d(c), act), [(rng.choice((1, 8)), c, hw, hw)], rng.random() < 0.3
@@ -314,14 +340,35 @@ class _Reduce(nn.Module):
             return x.mean((2, 3), keepdim=True)
         if self.kind == "amax":
             return x.amax(dim=-1)
+        if self.kind == "sort":
+            return torch.sort(x, dim=-1).values
+        if self.kind == "argsort":
+            return torch.argsort(x, dim=-1)
+        if self.kind == "topk":
+            return torch.topk(x, min(x.shape[-1], 100), dim=-1).values
+        if self.kind == "cumsum":
+            return x.cumsum(dim=-1)
+        if self.kind == "std":
+            return x.std(dim=-1)
+        if self.kind == "argmax":
+            return x.argmax(dim=-1)
+        if self.kind == "max":
+            return x.max(dim=1).values
         return x.sum(dim=-1)
+
+
+REDUCE_TAIL = ("sort", "argsort", "topk", "cumsum", "std", "argmax", "max")
+"""Reductions no classifier of a training zoo runs (detection post-processing, token pruning,
+positional sums): never timed, they were predicted at 0.02-0.1x their time (sort of 36 rows of
+2940, topk 1000 of 100000, cumsum over 8x128x256, std; 1 thread)."""
 
 
 def _reduce(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
     """Reductions a model writes by hand: softmax over attention scores (b, heads, q, k),
     a spatial mean (squeeze-and-excitation), sums and maxima over the last dim. A training zoo
     of CNNs has almost none; without these the family had no model after a short profile."""
-    kind = rng.choice(("softmax", "softmax", "spatial_mean", "log_softmax", "amax", "sum"))
+    kind = rng.choice(("softmax", "softmax", "spatial_mean", "log_softmax", "amax", "sum")
+                      if rng.random() < 0.6 else REDUCE_TAIL)
     n = rng.choice((1, 1, 8))
     if kind == "spatial_mean":
         c = _channels(rng, 16, 2048)
@@ -340,9 +387,39 @@ class _Binary(nn.Module):
         return a * torch.sigmoid(b) + a
 
 
+ELTWISE_TAIL: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "exp": lambda a, b: torch.exp(a), "erf": lambda a, b: torch.erf(a),
+    "tanh": lambda a, b: torch.tanh(a), "hardswish": lambda a, b: F.hardswish(a),
+    "gelu": lambda a, b: F.gelu(a), "clamp": lambda a, b: a.clamp(-1, 1),
+    "sqrt": lambda a, b: a.abs().sqrt(), "rsqrt": lambda a, b: torch.rsqrt(a.abs() + 1),
+    "div": lambda a, b: a / b, "sub": lambda a, b: a - b, "pow": lambda a, b: a.pow(2),
+    "maximum": lambda a, b: torch.maximum(a, b), "where": lambda a, b: torch.where(a > 0, a, b),
+    "masked_fill": lambda a, b: a.masked_fill(b > 0, 0.0), "leaky_relu": lambda a, b: F.leaky_relu(a),
+    "softplus": lambda a, b: F.softplus(a), "log": lambda a, b: torch.log(a.abs() + 1),
+}
+"""Elementwise ops beyond a CNN zoo's few (transformers, normalising flows, hand-written
+activations), drawn on images and on token sequences: one model serves all of them, told apart
+by `ops.op_code`; ops it never saw were priced at 0.04-0.74x (where, exp) or 21x (hardswish on
+a sequence) their time (1 thread)."""
+
+
+class _Tail(nn.Module):
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+    def forward(self, a, b):
+        return ELTWISE_TAIL[self.name](a, b)
+
+
 def _eltwise(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
     c, hw = _channels(rng, 16, 1024), _spatial(rng)
     shape = (rng.choice((1, 8)), c, hw, hw)
+    if rng.random() < 0.5:
+        if rng.random() < 0.4:  # a token sequence: (batch, tokens, channels)
+            shape = (rng.choice((1, 8)), rng.choice((16, 49, 128, 197, 512, 2940)), c)
+        other = shape if rng.random() < 0.7 else (*shape[:-1], 1)
+        return _Tail(rng.choice(sorted(ELTWISE_TAIL))), [shape, other], False
     other = shape if rng.random() < 0.6 else (shape[0], c, 1, 1)
     return _Binary(), [shape, other], rng.random() < 0.3
 
@@ -356,6 +433,41 @@ class _Relayout(nn.Module):
         if self.dims is None:
             return x.contiguous(memory_format=torch.channels_last)
         return x.permute(*self.dims).contiguous()
+
+
+class _Rearrange(nn.Module):
+    """Resampling and rearranging a feature map: FPN, U-Net and segmentation up- and
+    down-sampling, super-resolution's pixel shuffle, padding, flips, channel concatenation."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+
+    def forward(self, x):
+        if self.kind == "nearest":
+            return F.interpolate(x, scale_factor=2.0, mode="nearest")
+        if self.kind == "bilinear":
+            return F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False)
+        if self.kind == "bilinear_down":
+            return F.interpolate(x, scale_factor=0.5, mode="bilinear", align_corners=False)
+        if self.kind == "bilinear_aligned":
+            return F.interpolate(x, size=(2 * x.shape[-2] + 1,) * 2, mode="bilinear",
+                                 align_corners=True)
+        if self.kind == "pixel_shuffle":
+            return F.pixel_shuffle(x, 2)
+        if self.kind == "pad":
+            return F.pad(x, (1, 1, 1, 1))
+        if self.kind == "flip":
+            return torch.flip(x, (-1,))
+        if self.kind == "index_select":
+            return x.index_select(1, torch.arange(0, x.shape[1], 2))
+        return torch.cat([x, x], dim=1)
+
+
+REARRANGE_KINDS = ("nearest", "bilinear", "bilinear", "bilinear_down", "bilinear_aligned",
+                   "pixel_shuffle", "pad", "flip", "index_select", "cat")
+"""Never timed before they were drawn here: up- and down-sampling was predicted at 0.02-0.58x
+its time, pixel shuffle at 0.08x (1 thread)."""
 
 
 class _GridSample(nn.Module):
@@ -411,7 +523,12 @@ def _layout_copy(rng: random.Random) -> Drawn:
     detectors' RoIAlign (a bilinear gather) and non-maximum suppression, where torchvision is
     installed."""
     n = rng.choice((1, 1, 8))
-    kind = rng.choice(("image", "image", "sequence", "heads", "grid", "roi", "nms"))
+    kind = rng.choice(("image", "image", "sequence", "heads", "grid", "roi", "nms", "rearrange",
+                       "rearrange", "rearrange"))
+    if kind == "rearrange":
+        c = _channels(rng, 16, 512) // 4 * 4 or 16
+        hw = _fit_spatial(n, 4 * c, rng.choice((7, 10, 14, 20, 28, 32, 40, 56, 64, 80, 128)))
+        return _Rearrange(rng.choice(REARRANGE_KINDS)), [(n, c, hw, hw)], rng.random() < 0.2
     if kind in ("roi", "nms"):
         if importlib.util.find_spec("torchvision") is not None:
             return _roi_align(rng) if kind == "roi" else _nms(rng)
