@@ -221,12 +221,15 @@ def _recording(model: nn.Module, state: Sequence[torch.Tensor] = ()) -> Iterator
 
 @contextlib.contextmanager
 def quiet_fake_tensor_log() -> Iterator[None]:
-    """FakeTensorMode logs a full traceback for a failing meta kernel; the CaptureError says it."""
+    """FakeTensorMode logs a full traceback for a failing meta kernel; the CaptureError says it.
+    And torchvision's fake nms asks for its output size the deprecated way (its concern)."""
     logger = logging.getLogger("torch._subclasses.fake_tensor")
     level = logger.level
     logger.setLevel(logging.CRITICAL)
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", ".*create_unbacked_symint", FutureWarning)
+            yield
     finally:
         logger.setLevel(level)
 
@@ -360,9 +363,7 @@ def capture(
         store[name] = fake
     try:
         with _recording(model, [fake for *_, fake in swaps]) as recorder, grad, mode, recorder, \
-                warnings.catch_warnings():
-            # torchvision's fake nms asks for its output size the deprecated way (its concern)
-            warnings.filterwarnings("ignore", ".*create_unbacked_symint", FutureWarning)
+                quiet_fake_tensor_log():
             model(*fake_inputs)
     finally:
         for store, name, original, _ in swaps:
