@@ -327,9 +327,9 @@ def _norm_act(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], boo
 
 
 class _Reduce(nn.Module):
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, dim: int = -1) -> None:
         super().__init__()
-        self.kind = kind
+        self.kind, self.dim = kind, dim
 
     def forward(self, x):
         if self.kind == "softmax":
@@ -347,11 +347,11 @@ class _Reduce(nn.Module):
         if self.kind == "topk":
             return torch.topk(x, min(x.shape[-1], 100), dim=-1).values
         if self.kind == "cumsum":
-            return x.cumsum(dim=-1)
+            return x.cumsum(dim=self.dim)
         if self.kind == "std":
-            return x.std(dim=-1)
+            return x.std(dim=self.dim)
         if self.kind == "argmax":
-            return x.argmax(dim=-1)
+            return x.argmax(dim=self.dim)
         if self.kind == "max":
             return x.max(dim=1).values
         return x.sum(dim=-1)
@@ -379,7 +379,8 @@ def _reduce(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]
     seq = rng.choice((16, 49, 64, 128, 197, 256, 512, 1024))
     while n * heads * seq * seq > MAX_RANDOM_NUMEL // 4 and seq > 16:
         seq //= 2
-    return _Reduce(kind), [(n, heads, seq, seq)], False
+    dim = 2 if kind in ("cumsum", "std", "argmax") and rng.random() < 0.4 else -1  # across rows
+    return _Reduce(kind, dim), [(n, heads, seq, seq)], False
 
 
 class _Binary(nn.Module):

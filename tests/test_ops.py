@@ -115,6 +115,27 @@ def test_conv_native_path_is_the_kernel_aten_runs(x, w, kw):
     assert math.isnan(ops.features(on_gpu, threads=1)["conv.native_path"])
 
 
+@pytest.mark.parametrize(("side", "channels_last", "expected"), [
+    (62, False, 1.0), (64, False, 1.0), (66, False, 0.0), (160, False, 0.0), (160, True, 1.0)])
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+def test_upsample_kernel_path_is_the_kernel_aten_runs(side, channels_last, expected, mode):
+    x = torch.randn(1, 16, side // 2, side // 2)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    kw = {} if mode == "nearest" else {"align_corners": False}
+    with torch.profiler.profile() as prof:
+        F.interpolate(x, size=(side, side), mode=mode, **kw)
+    names = {e.name for e in prof.events()}
+    # the channels-last kernel copies a contiguous input to channels-last first
+    assert ("aten::contiguous" in names) == (expected == 1.0 and not channels_last)
+    class Up(torch.nn.Module):
+        def forward(self, t):
+            return F.interpolate(t, size=(side, side), mode=mode, **kw)
+
+    [up] = [r for r in record_real(Up(), [x]) if "upsample" in r.op]
+    assert ops.features(up)["data.kernel_path"] == expected
+
+
 def test_addmm_bmm_linear_flops():
     addmm = OpRecord("aten.addmm.default", (spec(5), spec(3, 7), spec(7, 5)), outputs=(spec(3, 5),))
     assert ops.flops_of(addmm) == 2 * 3 * 7 * 5 == 210

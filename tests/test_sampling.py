@@ -9,6 +9,7 @@ import pytest
 
 from profilers import ops, sampling
 from profilers.capture import capture_spec
+from profilers.oprecord import OpRecord, TensorSpec
 from profilers.ops import lookup
 from profilers.specs import parse_input_spec
 
@@ -114,7 +115,7 @@ def test_the_data_family_draws_the_detectors_roi_align_and_nms() -> None:
     ("conv", 120, {"aten.conv_transpose2d.input"}),
     ("norm", 60, {"aten.group_norm.default", "aten.instance_norm.default"}),
     ("reduce", 80, {"aten.sort.default", "aten.topk.default", "aten.cumsum.default"}),
-    ("eltwise", 80, {"aten.where.self", "aten.exp.default", "aten.div.Tensor"}),
+    ("eltwise", 120, {"aten.where.self", "aten.exp.default", "aten.div.Tensor"}),
     ("data", 80, {"aten.upsample_bilinear2d.vec", "aten.upsample_nearest2d.vec",
                   "aten.pixel_shuffle.default"}),
 ])
@@ -131,10 +132,10 @@ def test_random_configs_cover_ops_a_classifier_zoo_never_runs(family, n, expecte
 
 
 def test_op_code_tells_ops_apart_and_is_stable() -> None:
-    rec = next(r for r in sampling.random_records("eltwise", 40, seed=3)
-               if r.op == "aten.exp.default")
-    as_relu = rec.__class__("aten.relu.default", rec.args, rec.kwargs, rec.outputs)
-    in_place = rec.__class__("aten.relu_.default", rec.args, rec.kwargs, rec.outputs)
+    x = TensorSpec((1, 8, 4, 4), (128, 16, 4, 1), "float32")
+    rec = OpRecord("aten.exp.default", (x,), {}, (x,))
+    as_relu = OpRecord("aten.relu.default", (x,), {}, (x,))
+    in_place = OpRecord("aten.relu_.default", (x,), {}, (x,))
     codes = [ops.generic_features(r)["op_code"] for r in (rec, as_relu, in_place)]
     assert codes[0] != codes[1] and codes[1] == codes[2]  # relu_ is relu
     assert codes[1] == 8025.0  # the same in every process and version: CRC-32("relu") % 10007
