@@ -100,6 +100,7 @@ class Predictor:
         self._by_batch: dict[str, list[tuple[int, float]]] | None = None
         self.correction = correction or Correction()
         self.profiled_dtypes: set[str] = set()  # empty: unknown, no notes
+        self.profiled_ops: set[str] = set()  # `ops.op_kind` of every measured config; empty: unknown
         self._bytes_per_s = peaks_or_nominal(models.peaks)["gbps"] * 1e9
         caches = (device.fingerprint or {}).get("caches", {})
         # the assumed 32 MiB only applies to a fingerprint without cache sizes
@@ -122,6 +123,7 @@ class Predictor:
         predictor = cls(row, models, {m.key: m.median_s for m in rows},
                         measured_records=[(m.key, m.record_json) for m in rows])
         predictor.profiled_dtypes = {m.dtype for m in rows}
+        predictor.profiled_ops = {ops.op_kind(m.op) for m in rows}
         predictor.correction = predictor._load_or_fit_correction(db, progress)
         return predictor
 
@@ -271,12 +273,38 @@ class Predictor:
                                               sum(e.hi_s for e in est), "model", est[-1].family)
 
     def _notes(self, timed: list[tuple[OpRecord, OpEstimate]]) -> list[str]:
+        notes = []
         dtypes = {r.dtype for r, _ in timed if "float" in r.dtype} - self.profiled_dtypes
-        if not dtypes or not self.profiled_dtypes:
+        if dtypes and self.profiled_dtypes:
+            notes.append(f"no {', '.join(sorted(dtypes))} op configs were profiled on "
+                         f"{self.device.id} (profiled: {', '.join(sorted(self.profiled_dtypes))});"
+                         " those ops are extrapolated by the family models: profile with "
+                         "--dtype to measure them")
+        untimed = self._untimed_ops(timed)
+        if untimed:
+            listed = ", ".join(f"{op} ({share:.0%} of the op time)" for op, share in untimed)
+            notes.append(f"never timed on {self.device.id}, so predicted from other ops of their "
+                         f"family: {listed}; `hwlat profile --add MODEL` times them")
+        return notes
+
+    UNTIMED_NOTE_SHARE = 0.01
+    """Model-predicted ops of an op kind the device never timed are noted from this share of the
+    summed op time: such ops were predicted at 0.02-0.6x their time before the profile drew them
+    (sort, top-k, cumsum, up-sampling, pixel shuffle; README)."""
+
+    def _untimed_ops(self, timed: list[tuple[OpRecord, OpEstimate]]) -> list[tuple[str, float]]:
+        """(op, share of the summed op time) of the model-predicted ops whose kind (the op
+        without its in-place or overload suffix) has no measured config on the device."""
+        if not self.profiled_ops:
             return []
-        return [f"no {', '.join(sorted(dtypes))} op configs were profiled on {self.device.id} "
-                f"(profiled: {', '.join(sorted(self.profiled_dtypes))}); those ops are "
-                f"extrapolated by the family models: profile with --dtype to measure them"]
+        total = sum(e.p50_s for _, e in timed)
+        by_op: dict[str, float] = defaultdict(float)
+        for r, e in timed:
+            if e.source == "model" and ops.op_kind(r.op) not in self.profiled_ops:
+                by_op[r.op] += e.p50_s
+        shares = [(op, s / total) for op, s in by_op.items() if total > 0]
+        return sorted(((op, sh) for op, sh in shares if sh >= self.UNTIMED_NOTE_SHARE),
+                      key=lambda kv: -kv[1])
 
     def _memory_floor_s(self, record: OpRecord) -> float:
         """An op whose data cannot fit in the last-level cache streams it from memory at best

@@ -276,8 +276,8 @@ def conv_path_features(record: OpRecord, threads: int | None) -> Features:
     arg = record.args[0] if record.args else None
     if threads is None or not isinstance(arg, TensorSpec) or arg.device != "cpu":
         return {"native_path": float("nan")}
-    base = record.op.split(".")[1] if record.op.count(".") >= 1 else record.op
-    if base.startswith(("slow_", "thnn_")) or base.startswith("mkldnn_"):
+    base = split_op_name(record.op)[1]
+    if base.startswith(("slow_", "thnn_", "mkldnn_")):
         return {"native_path": float(not base.startswith("mkldnn_"))}
     return {"native_path": _native_conv(record, threads)}
 
@@ -608,10 +608,15 @@ REDUCE_FLOPS_PER_ELEM = {
 }
 
 
+def op_kind(op: str) -> str:
+    """"aten.add_.Tensor" -> "aten.add": the op whatever its overload or in-place form."""
+    namespace, name, _ = split_op_name(op)
+    return f"{namespace}.{name if name.startswith('__') else name.rstrip('_')}"
+
+
 def _base_name(record: OpRecord) -> str:
     """"aten.add_.Tensor" -> "add" (in-place and out variants count like the plain op)."""
-    return split_op_name(record.op)[1].rstrip("_") if not split_op_name(record.op)[1].startswith(
-        "__") else split_op_name(record.op)[1]
+    return op_kind(record.op).split(".", 1)[1]
 
 
 def eltwise_flops(record: OpRecord) -> float:
@@ -1161,8 +1166,9 @@ _FAMILY_FEATURES: dict[str, tuple[str, ...]] = {
              "stride_h", "stride_w", "pad_h", "pad_w", "adaptive", "is_max", "channels_last"),
     "norm": ("numel", "normalized_size", "N", "C", "groups", "has_weight", "training", "kind"),
     **{f: ("numel_in", "numel_in_total", "numel_out", "n_tensor_inputs", "ndim_out",
-           "reduce_size", "reduce_inner", "broadcast", "inputs_contiguous", "output_contiguous", "in_place",
-           "flops_per_elem", "log_gather_stride", "op_code", "kernel_path")
+           "reduce_size", "reduce_inner", "broadcast", "inputs_contiguous",
+           "output_contiguous", "in_place", "flops_per_elem", "log_gather_stride", "op_code",
+           "kernel_path")
        for f in ("eltwise", "reduce", "data", UNKNOWN)},
     "free": (),
 }

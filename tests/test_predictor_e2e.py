@@ -175,6 +175,19 @@ def test_ops_recorded_from_a_real_run_are_noted(predictor, resnet):
     assert [n for n in built.notes if n not in plain.notes] == ["built some way"]
 
 
+def test_ops_of_a_kind_never_timed_are_noted_with_their_share(predictor, resnet):
+    t = TensorSpec((8, 64, 56, 56), (200704, 3136, 56, 1), "float32")
+    atan = OpRecord("aten.atan.default", (t,), {}, (t,), "head")  # an eltwise op none drew
+    p = predictor.predict_ops([*resnet.ops, atan], spec="x")
+    assert predictor.estimate(atan).source == "model"  # the eltwise model prices it
+    [note] = [n for n in p.notes if "never timed" in n]
+    share = predictor.estimate(atan).p50_s / (p.sum_ops_ms / 1e3)
+    assert f"aten.atan.default ({share:.0%} of the op time)" in note
+    assert "conv2d" not in note  # timed kinds are not listed
+    assert not [n for n in predictor.predict_ops(resnet.ops, spec="x").notes
+                if "aten.atan" in n]
+
+
 def test_family_without_a_model_falls_back_with_a_reason(predictor):
     attention = sampling.random_records("attention", 2, seed=1)
     assert attention and "attention" not in predictor.models.models
