@@ -100,7 +100,7 @@ class Predictor:
         self._by_batch: dict[str, list[tuple[int, float]]] | None = None
         self.correction = correction or Correction()
         self.profiled_dtypes: set[str] = set()  # empty: unknown, no notes
-        self.profiled_ops: set[str] = set()  # `ops.op_kind` of every measured config; empty: unknown
+        self.profiled_ops: set[str] = set()  # `ops.op_kind` of each measured config; empty: unknown
         self._bytes_per_s = peaks_or_nominal(models.peaks)["gbps"] * 1e9
         caches = (device.fingerprint or {}).get("caches", {})
         # the assumed 32 MiB only applies to a fingerprint without cache sizes
@@ -295,16 +295,16 @@ class Predictor:
     def _untimed_ops(self, timed: list[tuple[OpRecord, OpEstimate]]) -> list[tuple[str, float]]:
         """(op, share of the summed op time) of the model-predicted ops whose kind (the op
         without its in-place or overload suffix) has no measured config on the device."""
-        if not self.profiled_ops:
-            return []
         total = sum(e.p50_s for _, e in timed)
+        if not self.profiled_ops or total <= 0:
+            return []
         by_op: dict[str, float] = defaultdict(float)
         for r, e in timed:
             if e.source == "model" and ops.op_kind(r.op) not in self.profiled_ops:
                 by_op[r.op] += e.p50_s
-        shares = [(op, s / total) for op, s in by_op.items() if total > 0]
-        return sorted(((op, sh) for op, sh in shares if sh >= self.UNTIMED_NOTE_SHARE),
-                      key=lambda kv: -kv[1])
+        shares = [(op, s / total) for op, s in by_op.items()
+                  if s / total >= self.UNTIMED_NOTE_SHARE]
+        return sorted(shares, key=lambda kv: -kv[1])
 
     def _memory_floor_s(self, record: OpRecord) -> float:
         """An op whose data cannot fit in the last-level cache streams it from memory at best

@@ -440,9 +440,11 @@ class _Rearrange(nn.Module):
     """Resampling and rearranging a feature map: FPN, U-Net and segmentation up- and
     down-sampling, super-resolution's pixel shuffle, padding, flips, channel concatenation."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, channels: int) -> None:
         super().__init__()
         self.kind = kind
+        # every other channel, made here: built in forward, its arange would be timed as well
+        self.register_buffer("every_other", torch.arange(0, channels, 2))
 
     def forward(self, x):
         if self.kind == "nearest":
@@ -461,7 +463,7 @@ class _Rearrange(nn.Module):
         if self.kind == "flip":
             return torch.flip(x, (-1,))
         if self.kind == "index_select":
-            return x.index_select(1, torch.arange(0, x.shape[1], 2))
+            return x.index_select(1, self.every_other)
         return torch.cat([x, x], dim=1)
 
 
@@ -529,7 +531,7 @@ def _layout_copy(rng: random.Random) -> Drawn:
     if kind == "rearrange":
         c = _channels(rng, 16, 512) // 4 * 4 or 16
         hw = _fit_spatial(n, 4 * c, rng.choice((7, 10, 14, 20, 28, 32, 40, 56, 64, 80, 128)))
-        return _Rearrange(rng.choice(REARRANGE_KINDS)), [(n, c, hw, hw)], rng.random() < 0.2
+        return _Rearrange(rng.choice(REARRANGE_KINDS), c), [(n, c, hw, hw)], rng.random() < 0.2
     if kind in ("roi", "nms"):
         if importlib.util.find_spec("torchvision") is not None:
             return _roi_align(rng) if kind == "roi" else _nms(rng)
