@@ -150,8 +150,8 @@ def plan(db: KernelDB, device_id: str, settings: ProfileSettings,
         samples.append(sampling.Sample(r, "perturb", 1))
     for family in sampling.GENERATORS:
         for dtype in settings.dtypes:
-            for r in sampling.random_records(family, settings.random_per_family, seed=rng_seed,
-                                             device_type=device_type,
+            n = sampling.draws(family, settings.random_per_family)
+            for r in sampling.random_records(family, n, seed=rng_seed, device_type=device_type,
                                              dtype=dtype):
                 samples.append(sampling.Sample(r, "random", 2))
     unique = sampling.dedupe(samples)

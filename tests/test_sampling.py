@@ -139,3 +139,31 @@ def test_op_code_tells_ops_apart_and_is_stable() -> None:
     codes = [ops.generic_features(r)["op_code"] for r in (rec, as_relu, in_place)]
     assert codes[0] != codes[1] and codes[1] == codes[2]  # relu_ is relu
     assert codes[1] == 8025.0  # the same in every process and version: CRC-32("relu") % 10007
+
+
+@pytest.mark.parametrize(("family", "kind_of", "tail"), [
+    ("eltwise", lambda m: m.name if isinstance(m, sampling._Tail) else None,
+     sorted(sampling.ELTWISE_TAIL)),
+    ("reduce", lambda m: m.kind if m.kind in sampling.REDUCE_TAIL else None, sampling.REDUCE_TAIL),
+    ("data", lambda m: m.kind if isinstance(m, sampling._Rearrange) else None,
+     sorted(set(sampling.REARRANGE_KINDS))),
+])
+def test_a_profile_draws_every_tail_op_of_a_shared_family_several_times(family, kind_of, tail):
+    """With 1-4 configs of an op, the family's model missed it by 34-93% (cross-validated)."""
+    rng = random.Random(f"{family}-0")
+    drawn = [sampling.GENERATORS[family](rng) for _ in range(sampling.draws(family, 60))]
+    kinds = [kind_of(d[0]) for d in drawn if isinstance(d, tuple)]
+    counts = {k: kinds.count(k) for k in tail}
+    assert min(counts.values()) >= 4, counts
+    if family == "eltwise":  # dealt, not drawn independently: an even share each
+        assert max(counts.values()) - min(counts.values()) <= 1
+
+
+def test_deal_comes_round_every_item_once_per_deck() -> None:
+    rng = random.Random(1)
+    items = ("a", "b", "c", "d")
+    dealt = [sampling._deal(rng, items) for _ in range(12)]
+    for start in range(0, 12, 4):
+        assert sorted(dealt[start:start + 4]) == list(items)
+    again = random.Random(1)
+    assert [sampling._deal(again, items) for _ in range(12)] == dealt  # seeded

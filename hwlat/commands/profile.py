@@ -27,7 +27,8 @@ from kernels_db.build import ProfileSettings, check_settings, profile_device
               help="Profile the zoo at these batch sizes only (repeatable).")
 @click.option("--no-e2e", is_flag=True, help="Skip end-to-end model measurements.")
 @click.option("--random-per-family", default=60, show_default=True, type=click.IntRange(min=0),
-              help="Random modules sampled per op family in the plan.")
+              help="Random modules sampled per op family in the plan (cheap families with many "
+                   "ops draw a multiple: sampling.DRAWS).")
 @click.option("--seed", default=0, show_default=True)
 @json_option
 @click.pass_context
