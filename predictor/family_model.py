@@ -16,12 +16,13 @@ from pathlib import Path
 import lightgbm as lgb
 import numpy as np
 
-from predictor.features import feature_matrix, feature_names
+from predictor.features import OP_LEVEL, feature_matrix, feature_names, op_code_column
 from profilers.errors import HwlatError, NotFittedError
 from profilers.oprecord import OpRecord
 
 TARGETS = ("log", "roofline_residual")
 _RF_COLUMN = "rf_log_roofline_s"
+_OP_LEVEL_FOLDS = 5
 
 
 class FamilyModel:
@@ -72,6 +73,7 @@ class FamilyModel:
                              f"{len(x)} rows")
         self.feature_names_ = feature_names(self.family)
         self.peaks_, self.threads_ = peaks, threads
+        x = self._fill_op_level(x, np.log(latencies_s))
         y = np.log(latencies_s) - self._base(x)
         data = lgb.Dataset(x, y, feature_name=self.feature_names_, free_raw_data=False,
                            params={"verbosity": -1, "min_data_in_bin": 1})
@@ -81,6 +83,39 @@ class FamilyModel:
             for q in self.quantiles]
         self.n_train_ = len(x)
         return self
+
+    def _fill_op_level(self, x: np.ndarray, log_latency: np.ndarray | None = None) -> np.ndarray:
+        """`x` with its `OP_LEVEL` column filled (a copy; unchanged for families without one).
+
+        Fitting (`log_latency` given) keeps per op code the sum and count of log(latency /
+        roofline) and gives each row the mean of the op's *other* rows (NaN for an op's only
+        row); prediction gives each row its op's mean over all training rows (NaN for an op
+        never trained on, as for a single row in training)."""
+        if OP_LEVEL not in self.feature_names_:
+            return x
+        x = np.array(x, dtype=np.float64, copy=True)
+        codes = x[:, self.feature_names_.index(op_code_column(self.family))]
+        col = self.feature_names_.index(OP_LEVEL)
+        if log_latency is not None:
+            ratio = log_latency - x[:, self.feature_names_.index(_RF_COLUMN)]
+            self.op_levels_ = {}
+            for code in np.unique(codes[np.isfinite(codes)]):
+                mine = ratio[codes == code]
+                self.op_levels_[str(int(code))] = [float(mine.sum()), int(len(mine))]
+            # out of fold: a row's own latency, even left out of a mean over all the op's rows,
+            # is readable from that mean's small shifts, and the trees learned to read it
+            fold = np.arange(len(x)) % _OP_LEVEL_FOLDS
+            for code in self.op_levels_:
+                mine = codes == float(code)
+                for k in range(_OP_LEVEL_FOLDS):
+                    others = mine & (fold != k)
+                    x[mine & (fold == k), col] = ratio[others].mean() if others.any() else np.nan
+            return x
+        for i, code in enumerate(codes):
+            total, n = self.op_levels_.get(str(int(code)), (0.0, 0)) if np.isfinite(code) \
+                else (0.0, 0)
+            x[i, col] = total / n if n else np.nan
+        return x
 
     # ---------------------------------------------------------------------------- prediction
 
@@ -100,6 +135,7 @@ class FamilyModel:
         if len(x) == 0:
             empty = np.empty(0)
             return empty, empty, empty
+        x = self._fill_op_level(x)
         base = self._base(x)
         # One thread: OpenMP workers that spin after a call would steal the cores that
         # `hwlat evaluate` times models on right afterwards.
@@ -131,6 +167,7 @@ class FamilyModel:
                        "min_child_samples": self.min_child_samples, "seed": self.seed},
             "feature_names": self.feature_names_, "peaks": self.peaks_, "threads": self.threads_,
             "n_train": self.n_train_, "files": [p.name for p in files],
+            "op_levels": getattr(self, "op_levels_", None),
         }, indent=1, sort_keys=True))
         return sidecar
 
@@ -144,6 +181,8 @@ class FamilyModel:
         model.booster_, model.quantile_boosters_ = boosters[0], boosters[1:]
         model.feature_names_, model.peaks_ = meta["feature_names"], meta["peaks"]
         model.threads_ = meta.get("threads")
+        if meta.get("op_levels") is not None:
+            model.op_levels_ = meta["op_levels"]
         model.n_train_ = meta["n_train"]
         return model
 

@@ -47,9 +47,30 @@ def roofline_s(record: OpRecord, peaks: dict | None) -> float:
     return max(ops.roofline_s(record, peaks_or_nominal(peaks)), _MIN_S)
 
 
+OP_LEVEL = "op_level"
+"""How slow an op runs beside its roofline on this device: the mean over the family model's
+training rows of the same op (`op_code`) of log(latency / roofline estimate), left NaN here and
+filled by `FamilyModel` (out of fold in training, so a row never sees its own latency). With only
+`op_code` to tell them apart, an op with a few configs was priced like its neighbours in CRC
+order: softplus at 0.24x its time, division at 2.1x, masked_fill at 0.32x (median over their 7-8
+configs, cross-validated; 1 thread)."""
+
+OP_LEVEL_FAMILIES = ("eltwise", "reduce")
+"""Where `OP_LEVEL` is a feature. 5-fold CV over the configs of three 10-minute profiles (1 thread
+twice, 2 threads), without -> with it: eltwise 8.5/8.2/13.4% -> 7.3/7.2/13.2% MAPE, reductions
+16.5/20.6/22.0% -> 14.0/18.1/21.4%; data movement (cat, layout copies, RoIAlign, NMS: one
+op's level says little of another shape's) 14.3/16.5/19.8% -> 16.3/17.0/19.3%, so not there."""
+
+
+def op_code_column(family: str) -> str:
+    return f"{family}.op_code"
+
+
 def feature_names(family: str) -> list[str]:
-    """Column order of a family's feature matrix: the registry's, then the device features."""
-    return [*ops.feature_names(family), *DEVICE_FEATURES]
+    """Column order of a family's feature matrix: the registry's, then the device features (and
+    `OP_LEVEL` in `OP_LEVEL_FAMILIES`)."""
+    names = [*ops.feature_names(family), *DEVICE_FEATURES]
+    return [*names, OP_LEVEL] if family in OP_LEVEL_FAMILIES else names
 
 
 def feature_row(record: OpRecord, family: str, peaks: dict | None,
@@ -60,6 +81,8 @@ def feature_row(record: OpRecord, family: str, peaks: dict | None,
     compute_s, memory_s = ops.roofline_parts(record, peaks)
     row += [math.log(max(compute_s, memory_s, _MIN_S)), math.log(max(compute_s, _MIN_S)),
             math.log(max(memory_s, _MIN_S)), float(compute_s >= memory_s)]
+    if family in OP_LEVEL_FAMILIES:
+        row.append(math.nan)  # OP_LEVEL: the family model's to fill
     return row
 
 

@@ -468,10 +468,13 @@ def _rnn_dims(record: OpRecord) -> Features:
         steps = float(x.shape[1] if b.get("batch_first") else x.shape[0])
     else:
         steps = float(x.shape[0])  # unbatched (T, I): a direct aten call (nn.LSTM adds the batch)
+    layers, bidirectional = float(b.get("num_layers") or 1), float(bool(b.get("bidirectional")))
     return {"tokens": tokens, "steps": steps, "batch": tokens / max(steps, 1.0),
             "input_size": float(x.shape[-1]), "hidden": hidden, "gates": float(gates),
-            "layers": float(b.get("num_layers") or 1), "bidirectional": float(bool(b.get("bidirectional"))),
-            "weight_numel": float(sum(t.numel for t in weights)), "packed": float(packed)}
+            "layers": layers, "bidirectional": bidirectional,
+            "weight_numel": float(sum(t.numel for t in weights)), "packed": float(packed),
+            # cell updates that wait on each other, each a small matmul and a few gate kernels
+            "serial_steps": steps * layers * (1.0 + bidirectional)}
 
 
 def rnn_flops(record: OpRecord) -> float:
@@ -1160,7 +1163,7 @@ _FAMILY_FEATURES: dict[str, tuple[str, ...]] = {
     "attention": ("batch", "heads", "Lq", "Lk", "head_dim", "head_dim_v", "causal", "has_mask",
                   "embed_dim", "ffn_dim", "fused_layer"),
     "rnn": ("tokens", "steps", "batch", "input_size", "hidden", "gates", "layers", "bidirectional",
-            "weight_numel", "packed"),
+            "weight_numel", "packed", "serial_steps"),
     "pool": ("N", "C", "D", "H", "W", "Hout", "Wout", "kernel_h", "kernel_w", "kernel_d",
              "stride_h", "stride_w", "pad_h", "pad_w", "adaptive", "is_max", "channels_last"),
     "norm": ("numel", "normalized_size", "N", "C", "groups", "has_weight", "training", "kind"),

@@ -220,6 +220,7 @@ def test_recurrent_layers_count_their_gate_matmuls(cls, gates):
     assert list(f) == ops.feature_names("rnn")
     assert (f["rnn.steps"], f["rnn.batch"], f["rnn.hidden"], f["rnn.gates"]) == (5, 3, 16, gates)
     assert (f["rnn.layers"], f["rnn.bidirectional"]) == (2, 1)
+    assert f["rnn.serial_steps"] == 5 * 2 * 2  # steps x layers x directions, one after another
 
 
 def test_packed_recurrent_layers_are_modelled_not_replayed():

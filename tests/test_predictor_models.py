@@ -115,6 +115,55 @@ def test_save_load_round_trip_gives_identical_predictions(tmp_path, convs):
         assert np.array_equal(a, b)
 
 
+def _unary(op: str, shape: tuple[int, ...]):
+    from profilers.oprecord import OpRecord, TensorSpec
+
+    x = TensorSpec(shape, tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape))), "float32")
+    return OpRecord(op, (x,), {}, (x,))
+
+
+def test_op_level_prices_an_op_with_few_configs_by_its_own_speed(tmp_path):
+    """relu at the roofline, exp 6x slower: 60 relu configs and 6 exp ones; without the op's
+    level the model priced exp's held-out sizes like relu's (as softplus at 0.24x its time)."""
+    sizes = [(1, c, hw, hw) for c in (16, 24, 32, 48, 64, 96, 128, 192, 256, 384)
+             for hw in (7, 14, 28, 56, 112, 20)]
+    relu = [_unary("aten.relu.default", s) for s in sizes]
+    exp = [_unary("aten.exp.default", s) for s in sizes[::10]]
+    slow = {"aten.relu.default": 1.0, "aten.exp.default": 6.0}
+    train = relu + exp
+
+    def truth(r):
+        return slow[r.op] * roofline_s(r, PEAKS)
+
+    model = FamilyModel("eltwise", n_estimators=150).fit(train, [truth(r) for r in train], PEAKS)
+    held_out = [_unary("aten.exp.default", (1, c, 40, 40)) for c in (40, 80, 160)]
+    p50, _, _ = model.predict(held_out)
+    assert np.all(np.abs(p50 / np.array([truth(r) for r in held_out]) - 1) < 0.25)
+    # the column: each op's mean log(latency / roofline); unseen ops (tanh) get NaN
+    x = feature_matrix([held_out[0], _unary("aten.tanh.default", (1, 8, 4, 4))], "eltwise", PEAKS)
+    filled = model._fill_op_level(x)[:, feature_names("eltwise").index("op_level")]
+    assert filled[0] == pytest.approx(np.log(6.0), abs=1e-6) and np.isnan(filled[1])
+    loaded = FamilyModel.load(tmp_path, "eltwise") if model.save(tmp_path) else None
+    assert np.array_equal(loaded.predict(held_out)[0], p50)
+
+
+def test_op_level_in_training_never_holds_the_rows_own_latency():
+    """Out of fold: a row's value is the mean of other folds' rows of its op, so changing a row's
+    latency leaves its own value alone (a leave-one-out mean let the trees read it back)."""
+    recs = [_unary("aten.exp.default", (1, c, 8, 8)) for c in range(8, 48, 2)]
+    y = np.array([roofline_s(r, PEAKS) for r in recs])
+    model = FamilyModel("eltwise", n_estimators=5)
+    model.feature_names_ = feature_names("eltwise")
+    x = feature_matrix(recs, "eltwise", PEAKS)
+    col = model.feature_names_.index("op_level")
+    before = model._fill_op_level(x, np.log(y))[:, col]
+    y2 = y.copy()
+    y2[3] *= 10
+    after = model._fill_op_level(x, np.log(y2))[:, col]
+    assert after[3] == before[3]
+    assert np.all(np.isfinite(before)) and not np.allclose(after, before)
+
+
 def test_grouped_folds_keep_groups_together():
     groups = ["zoo"] * 4 + ["perturb"] * 3 + ["random"] * 5
     folds = cv_folds(len(groups), groups, k=3)
