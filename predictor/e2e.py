@@ -147,8 +147,8 @@ class Predictor:
             median_s = min(g.median_s for g in group)  # kernels_db.store._pooled: why
             inputs = [parse_input_spec(s) for s in m.settings.get("inputs", [])] or None
             if progress:  # one line per setting: a model is timed at several inputs
-                shown = " ".join(m.settings.get("inputs", []))
-                progress(f"capturing {m.model} {shown} for the end-to-end fit")
+                shown = " ".join([m.model, *m.settings.get("inputs", [])])
+                progress(f"capturing {shown} for the end-to-end fit")
             try:
                 captured = capture_spec(m.model, inputs=inputs,
                                         device_type=m.settings.get("device", self.device.kind),

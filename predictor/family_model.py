@@ -88,9 +88,9 @@ class FamilyModel:
         """`x` with its `OP_LEVEL` column filled (a copy; unchanged for families without one).
 
         Fitting (`log_latency` given) keeps per op code the sum and count of log(latency /
-        roofline) and gives each row the mean of the op's *other* rows (NaN for an op's only
-        row); prediction gives each row its op's mean over all training rows (NaN for an op
-        never trained on, as for a single row in training)."""
+        roofline) and gives each row the mean over the op's rows in the other folds (NaN where
+        it has none); prediction gives each row its op's mean over all training rows (NaN for
+        an op never trained on)."""
         if OP_LEVEL not in self.feature_names_:
             return x
         x = np.array(x, dtype=np.float64, copy=True)
