@@ -291,7 +291,7 @@ class Predictor:
     UNTIMED_NOTE_SHARE = 0.01
     """Model-predicted ops of an op kind the device never timed are noted from this share of the
     summed op time: such ops were predicted at 0.02-0.6x their time before the profile drew them
-    (sort, top-k, cumsum, up-sampling, pixel shuffle; README)."""
+    (sort, top-k, cumsum, up-sampling, pixel shuffle; benchmarks/RESULTS.md)."""
 
     def _untimed_ops(self, timed: list[tuple[OpRecord, OpEstimate]]) -> list[tuple[str, float]]:
         """(op, share of the summed op time) of the model-predicted ops whose kind (the op

@@ -73,8 +73,9 @@ class FamilyModel:
                              f"{len(x)} rows")
         self.feature_names_ = feature_names(self.family)
         self.peaks_, self.threads_ = peaks, threads
-        x = self._fill_op_level(x, np.log(latencies_s))
-        y = np.log(latencies_s) - self._base(x)
+        log_latency = np.log(latencies_s)
+        x = self._fill_op_level(x, log_latency)
+        y = log_latency - self._base(x)
         data = lgb.Dataset(x, y, feature_name=self.feature_names_, free_raw_data=False,
                            params={"verbosity": -1, "min_data_in_bin": 1})
         self.booster_ = lgb.train(self._params("regression"), data, self.n_estimators)
@@ -98,23 +99,19 @@ class FamilyModel:
         col = self.feature_names_.index(OP_LEVEL)
         if log_latency is not None:
             ratio = log_latency - x[:, self.feature_names_.index(_RF_COLUMN)]
-            self.op_levels_ = {}
-            for code in np.unique(codes[np.isfinite(codes)]):
-                mine = ratio[codes == code]
-                self.op_levels_[str(int(code))] = [float(mine.sum()), int(len(mine))]
             # out of fold: a row's own latency, even left out of a mean over all the op's rows,
             # is readable from that mean's small shifts, and the trees learned to read it
             fold = np.arange(len(x)) % _OP_LEVEL_FOLDS
-            for code in self.op_levels_:
-                mine = codes == float(code)
+            self.op_levels_ = {}
+            for code in np.unique(codes[np.isfinite(codes)]):
+                mine = codes == code
+                self.op_levels_[str(int(code))] = [float(ratio[mine].sum()), int(mine.sum())]
                 for k in range(_OP_LEVEL_FOLDS):
                     others = mine & (fold != k)
                     x[mine & (fold == k), col] = ratio[others].mean() if others.any() else np.nan
             return x
-        for i, code in enumerate(codes):
-            total, n = self.op_levels_.get(str(int(code)), (0.0, 0)) if np.isfinite(code) \
-                else (0.0, 0)
-            x[i, col] = total / n if n else np.nan
+        levels = {float(code): total / n for code, (total, n) in self.op_levels_.items()}
+        x[:, col] = [levels.get(code, np.nan) for code in codes]  # a NaN code matches none
         return x
 
     # ---------------------------------------------------------------------------- prediction
