@@ -71,6 +71,20 @@ def test_predict_several_models_and_unseen_ones(profiled):
     assert b["measured_share"] < 1.0
 
 
+def test_several_models_one_failing_keeps_the_others(profiled):
+    db, _ = profiled
+    result = run("predict", "torchvision:squeezenet1_1", "torchvision:resnet19", "--json", db=db)
+    assert result.exit_code == 1
+    good, bad = json.loads(result.stdout)
+    assert good["spec"] == "torchvision:squeezenet1_1" and good["latency_ms"]["p50"] > 0
+    assert bad["spec"] == "torchvision:resnet19" and "resnet18" in bad["error"]
+    assert "error: torchvision:resnet19: " in result.stderr and "Traceback" not in result.stderr
+    text = run("predict", "torchvision:resnet19", "torchvision:squeezenet1_1", db=db)
+    # the table keeps the failed model's row and squeezenet1_1's (0.70 GFLOPs)
+    assert text.exit_code == 1 and "failed" in text.stdout and "0.70" in text.stdout
+    assert text.stderr.startswith("error: torchvision:resnet19: ")
+
+
 def test_unknown_device_lists_known_ones(profiled):
     db, report = profiled
     result = run("predict", "torchvision:resnet18", "--device", "nope", db=db)

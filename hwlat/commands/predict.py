@@ -9,6 +9,7 @@ from hwlat.commands.common import input_options, json_option, open_db, parse_inp
 from hwlat.output import emit_json, stderr, stdout
 from predictor.devices import choose_device
 from predictor.e2e import Prediction, Predictor
+from profilers.errors import HwlatError
 
 
 @click.command()
@@ -25,23 +26,43 @@ from predictor.e2e import Prediction, Predictor
 def predict(ctx, models, device, inputs, batch, dtype, threads, channels_last, strict, retrain,
             as_json):
     """Predict the latency of MODELS (specs: torchvision:NAME, timm:NAME, hf:TYPE, file.py:FN,
-    model.pt2) on a profiled device."""
+    model.pt2) on a profiled device. With several MODELS, one that cannot be predicted is reported
+    in its place (with --json, as {"spec", "error"}), the others are still predicted, and the
+    exit code is 1."""
     with open_db(ctx, readonly=True) as db:
         row = choose_device(db, device, threads=threads)
         predictor = Predictor.for_device(db, row.id, retrain=retrain,
                                          progress=None if as_json else _note)
     specs = parse_inputs(inputs)
-    predictions = [predictor.predict_spec(m, inputs=specs, batch=batch, dtype=dtype,
-                                          strict=strict, channels_last=channels_last)
-                   for m in models]
-    if as_json:
-        emit_json(predictions[0].to_json() if len(predictions) == 1
-                  else [p.to_json() for p in predictions])
+
+    def one(model: str) -> Prediction:
+        return predictor.predict_spec(model, inputs=specs, batch=batch, dtype=dtype,
+                                      strict=strict, channels_last=channels_last)
+
+    if len(models) == 1:  # its error is the command's: one line, exit 1 (hwlat.cli)
+        prediction = one(models[0])
+        if as_json:
+            emit_json(prediction.to_json())
+        else:
+            _show_one(prediction)
         return
-    if len(predictions) == 1:
-        _show_one(predictions[0])
+    # several models: one that fails is reported in its place and the others still predicted
+    results: list[tuple[str, Prediction | HwlatError]] = []
+    for model in models:
+        try:
+            results.append((model, one(model)))
+        except HwlatError as exc:
+            results.append((model, exc))
+    failed = [(model, r) for model, r in results if isinstance(r, HwlatError)]
+    if as_json:
+        emit_json([{"spec": model, "error": str(r)} if isinstance(r, HwlatError) else r.to_json()
+                   for model, r in results])
     else:
-        _show_many(predictions)
+        _show_many(results)
+    for model, exc in failed:
+        stderr.print(f"error: {model}: {exc}", markup=False, highlight=False)
+    if failed:
+        ctx.exit(1)
 
 
 def _note(text: str) -> None:
@@ -70,9 +91,12 @@ def _show_one(p: Prediction) -> None:
         stdout.print(f"[dim]{note}[/]")
 
 
-def _show_many(predictions: list[Prediction]) -> None:
+def _show_many(results: list[tuple[str, Prediction | HwlatError]]) -> None:
     table = Table("model", "inputs", "p50 ms", "interval ms", "GFLOPs", "ops", "unmodelled")
-    for p in predictions:
+    for model, p in results:
+        if isinstance(p, HwlatError):
+            table.add_row(model, "", "failed", "", "", "", "")
+            continue
         lo, hi = p.interval_ms
         table.add_row(p.spec, ",".join(p.inputs), f"{p.p50_ms:.2f}", f"{lo:.2f}-{hi:.2f}",
                       f"{p.flops / 1e9:.2f}", str(p.n_ops),
