@@ -300,7 +300,8 @@ def pending_models(db: KernelDB, device_id: str, settings: ProfileSettings, thre
                    below: int) -> list[tuple[zoo.ModelCase, str, dict]]:
     """(case, dtype, settings) of the zoo cases with fewer than `below` end-to-end measurements,
     the least measured first, then round the models (see E2E_PASSES; zoo order within a round)."""
-    have = Counter((m.model, m.settings_key) for m in db.model_measurements(device_id, kind="e2e"))
+    have = Counter((zoo.locate(m.model), m.settings_key)
+                   for m in db.model_measurements(device_id, kind="e2e"))
     out = []
     nth_of_model: Counter = Counter()
     for case in _zoo_cases(settings):

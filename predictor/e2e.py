@@ -26,7 +26,7 @@ from predictor.correction import (
     repeat_spread,
 )
 from predictor.features import feature_matrix, peaks_or_nominal, roofline_s
-from profilers import ops
+from profilers import ops, zoo
 from profilers.capture import CapturedModel, capture_spec
 from profilers.errors import HwlatError, UnmodelledOpError
 from profilers.oprecord import OpRecord
@@ -36,7 +36,7 @@ SOURCES = ("measured", "interpolated", "model", "free", "fallback")
 CORRECTION_CACHE = "e2e_fit"
 # per_family entries that are correction terms, not op families
 CORRECTION_TERMS = ("op_overhead", "memory_traffic", "weight_reload", "large_op_traffic")
-CORRECTION_VERSION = 8  # bump when ModelRow or the correction formula changes (8: repeat_spread)
+CORRECTION_VERSION = 9  # bump when ModelRow or the correction formula changes (9: zoo.locate)
 ProgressFn = Callable[[str], None]
 
 
@@ -110,6 +110,7 @@ class Predictor:
         self._large_op_bytes = float(flush_bytes(device.kind, device.threads or 1,
                                                  caches.get("l2")))
         self._cache: dict[str, OpEstimate] = {}
+        self.skipped_settings: list[str] = []  # end-to-end settings `model_rows` could not capture
 
     @classmethod
     def for_device(cls, db: KernelDB, device: str, *, cache_dir: str | None = None,
@@ -132,8 +133,8 @@ class Predictor:
     def e2e_passes(self, db: KernelDB) -> dict[tuple[str, str], list]:
         """The device's 'e2e' model measurements by setting (the profile times each twice)."""
         passes: dict[tuple[str, str], list] = {}
-        for m in db.model_measurements(self.device.id, kind="e2e"):
-            passes.setdefault((m.model, m.settings_key), []).append(m)
+        for m in db.model_measurements(self.device.id, kind="e2e"):  # by where the model is now
+            passes.setdefault((zoo.locate(m.model), m.settings_key), []).append(m)
         return passes
 
     def model_rows(self, db: KernelDB, progress: ProgressFn | None = None,
@@ -142,21 +143,23 @@ class Predictor:
         from profilers.specs import parse_input_spec
 
         rows = []
-        for group in (self.e2e_passes(db) if passes is None else passes).values():
+        self.skipped_settings = []
+        for (spec, _), group in (self.e2e_passes(db) if passes is None else passes).items():
             m = group[0]
             median_s = min(g.median_s for g in group)  # kernels_db.store._pooled: why
             inputs = [parse_input_spec(s) for s in m.settings.get("inputs", [])] or None
+            shown = " ".join([spec, *m.settings.get("inputs", [])])
             if progress:  # one line per setting: a model is timed at several inputs
-                shown = " ".join([m.model, *m.settings.get("inputs", [])])
                 progress(f"capturing {shown} for the end-to-end fit")
             try:
-                captured = capture_spec(m.model, inputs=inputs,
+                captured = capture_spec(spec, inputs=inputs,
                                         device_type=m.settings.get("device", self.device.kind),
                                         dtype=m.settings.get("dtype", "float32"))
-            except HwlatError:
-                continue  # a model that no longer loads here cannot inform the fit
-            p = self._assemble(captured.ops, spec=m.model, correction=Correction())
-            rows.append(ModelRow(m.model, m.family, tuple(m.settings.get("inputs", [])),
+            except HwlatError as exc:  # a model that does not load here cannot inform the fit
+                self.skipped_settings.append(f"{shown} ({exc})")
+                continue
+            p = self._assemble(captured.ops, spec=spec, correction=Correction())
+            rows.append(ModelRow(spec, m.family, tuple(m.settings.get("inputs", [])),
                                  median_s, p.sum_ops_ms / 1e3, p.n_timed_ops, p.flops,
                                  p.roofline_ms / 1e3, p.measured_share, p.traffic_ms / 1e3,
                                  p.weights_ms / 1e3, m.settings.get("dtype", "float32"),
@@ -174,6 +177,9 @@ class Predictor:
         note = fitted.note + (f"; the profile's two timings of a setting differ by up to "
                               f"{math.exp(spread):.2f}x ({REPEAT_QUANTILE}th percentile), which "
                               "the interval includes" if spread else "")
+        if self.skipped_settings:
+            note += (f"; {len(self.skipped_settings)} measured settings could not be captured "
+                     f"here and are left out, e.g. {self.skipped_settings[0]}")
         correction = replace(fitted, repeat_spread=spread, note=note)
         self.models.write_extra(CORRECTION_CACHE, {
             "version": CORRECTION_VERSION, "correction": correction.to_json(),

@@ -36,6 +36,7 @@ from kernels_db.store import KernelDB
 from predictor.baselines import FlopsLinear, RooflineScaled
 from predictor.correction import ModelRow
 from predictor.e2e import Predictor
+from profilers import zoo
 from profilers.capture import capture_spec
 from profilers.errors import NotFittedError
 from profilers.specs import parse_input_spec
@@ -156,8 +157,8 @@ def _time_references(rows: Sequence, measure_fn: MeasureFn, runs: int, warmup: i
     for r in rows:
         if progress:
             progress(f"re-timing reference {r.spec} {','.join(r.inputs)}")
-        now = statistics.median(measure_fn(r.spec, list(r.inputs), runs, warmup, threads, kind,
-                                           r.dtype))
+        now = statistics.median(measure_fn(zoo.locate(r.spec), list(r.inputs), runs, warmup,
+                                           threads, kind, r.dtype))
         out.append({"spec": r.spec, "inputs": list(r.inputs), "then_ms": r.measured_s * 1e3,
                     "now_ms": now * 1e3})
     return out

@@ -51,6 +51,22 @@ def resolve_spec(spec: str) -> str:
     return spec
 
 
+def locate(spec: str) -> str:
+    """A spec read back from a database, found on this installation: the shipped zoo's file
+    models are stored by absolute path (`<checkout>/data/models.py:factory`, see `resolve_spec`),
+    which is gone once the checkout moves or the database is imported on another machine; such a
+    spec points at this installation's data/ file again when the factory is one of the zoo's.
+    Any other spec is returned as it is."""
+    path, sep, factory = spec.rpartition(":")
+    if not (sep and path.endswith(".py")) or Path(path).exists() or Path(path).parent.name != "data":
+        return spec
+    shipped = f"{Path(path).name}:{factory}"
+    zoo = load_zoo()
+    if any(e["spec"] == shipped for e in [*zoo["training"], *zoo["heldout"]]):
+        return resolve_spec(shipped)
+    return spec
+
+
 def _fill(template: str, batch: int, resolution: int, seq: int) -> str:
     return template.format(B=batch, R=resolution, S=seq)
 

@@ -169,6 +169,22 @@ def test_end_to_end_passes_go_round_the_models(tmp_path):
         assert again[-1][0] == first and again[-1][2] == key  # the least measured first
 
 
+def test_settings_timed_in_a_moved_checkout_are_not_timed_again(tmp_path):
+    from kernels_db import build
+    from kernels_db.store import KernelDB
+
+    settings = build.ProfileSettings(threads=1, batches=(1,),
+                                     models=("models.py:transformer_encoder",))
+    with KernelDB.open(tmp_path / "k.db") as db:
+        db.upsert_device({"t": 1}, device_id="d", kind="cpu", threads=1)
+        pending = build.pending_models(db, "d", settings, 1, below=1)
+        assert pending and pending[0][0].spec.endswith("/data/models.py:transformer_encoder")
+        for case, _, key in pending:  # timed where the checkout used to be
+            db.add_model_measurement("d", "/old/checkout/data/models.py:transformer_encoder",
+                                     case.family, key, [0.01] * 3)
+        assert build.pending_models(db, "d", settings, 1, below=1) == []
+
+
 def test_second_pass_keeps_what_the_first_left_and_never_nothing():
     from kernels_db.build import SECOND_PASS_MIN, second_pass_reserve
 

@@ -20,7 +20,7 @@ from predictor.baselines import FlopsLinear, RooflineScaled
 from predictor.correction import Correction, ModelRow, fit_correction
 from predictor.e2e import Predictor
 from predictor.features import roofline_s
-from profilers import ops, sampling
+from profilers import ops, sampling, zoo
 from profilers.capture import capture_spec
 from profilers.errors import NotFittedError, UnmodelledOpError
 from profilers.oprecord import OpRecord, TensorSpec
@@ -300,6 +300,31 @@ def test_a_setting_timed_in_two_passes_is_one_row_at_the_faster(tmp_path, db_pat
     assert [(r.spec, round(r.measured_s, 6)) for r in rows] == [
         ("torchvision:resnet18", 0.010), ("torchvision:squeezenet1_1", 0.005)]
     assert predictor.correction.n_models == 2
+
+
+def test_settings_stored_under_a_moved_checkout_still_fit_and_lost_ones_are_named(tmp_path,
+                                                                                   db_path):
+    """The zoo's file models are stored by absolute path: a database profiled in another checkout
+    (or imported from another machine) keeps its end-to-end rows; a model that cannot be loaded
+    here is left out of the fit, and the correction's note says so."""
+    with KernelDB.open(db_path) as src, KernelDB.open(tmp_path / "k.db") as db:
+        db.upsert_device({"t": 1}, device_id="dev1", kind="cpu", threads=1, peaks=PEAKS)
+        add_measured(db, [OpRecord.from_json(m.record) for m in src.configs("dev1")])
+        settings = {"inputs": ["1x8x512"], "batch": 1, "dtype": "float32", "threads": 1,
+                    "device": "cpu"}
+        for spec, total in (("/elsewhere/data/models.py:transformer_encoder", 0.004),
+                            (zoo.resolve_spec("models.py:transformer_encoder"), 0.005),
+                            ("/elsewhere/mine.py:net", 0.001)):
+            db.add_model_measurement("dev1", spec, "transformer", settings, [total] * 5)
+        db.add_model_measurement("dev1", "torchvision:squeezenet1_1", "squeezenet",
+                                 {**settings, "inputs": SMALL_INPUT}, [0.005] * 5)
+        predictor = Predictor.for_device(db, "dev1", cache_dir=tmp_path / "c")
+    rows = predictor.cached_model_rows()
+    encoder = [r for r in rows if r.spec.endswith("models.py:transformer_encoder")]
+    assert len(rows) == 2 and [round(r.measured_s, 6) for r in encoder] == [0.004]
+    assert predictor.correction.n_models == 2
+    assert "1 measured settings could not be captured here" in predictor.correction.note
+    assert "/elsewhere/mine.py:net 1x8x512 (" in predictor.correction.note
 
 
 def test_a_strided_conv_is_predicted_as_its_hidden_copy_plus_the_dense_conv(predictor):

@@ -30,6 +30,16 @@ def test_file_specs_resolve_to_the_data_directory():
     assert zoo.resolve_spec("torchvision:resnet18") == "torchvision:resnet18"
 
 
+def test_a_stored_zoo_file_spec_is_found_again_after_the_checkout_moves(tmp_path):
+    here = zoo.resolve_spec("models.py:transformer_encoder")
+    assert zoo.locate("/gone/checkout/data/models.py:transformer_encoder") == here
+    assert zoo.locate(here) == here
+    # a user's own file, or a factory the zoo does not ship, is not redirected to the zoo's
+    for spec in ("/gone/checkout/data/models.py:my_net", "/gone/mine/models.py:transformer_encoder",
+                 "torchvision:resnet18"):
+        assert zoo.locate(spec) == spec
+
+
 def test_held_out_families_are_never_trained_on():
     unseen = zoo.heldout_entries(only_unseen_families=True)
     assert unseen and not {e["family"] for e in unseen} & zoo.training_families()
