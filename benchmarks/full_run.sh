@@ -24,6 +24,8 @@ for T in 1 2; do
       --plot "$OUT/timm-t$T.png" --json > "$OUT/timm-t$T.json" 2>> "$OUT/log.txt"
   $H --db "$DB" evaluate $(grep -v '^#' benchmarks/unseen_hf.txt) --threads $T --batch 1 \
       --plot "$OUT/hf-t$T.png" --json > "$OUT/hf-t$T.json" 2>> "$OUT/log.txt"
+  $H --db "$DB" evaluate $(grep -v '^#' benchmarks/unseen_hf2.txt) --threads $T --batch 1 \
+      --plot "$OUT/hf2-t$T.png" --json > "$OUT/hf2-t$T.json" 2>> "$OUT/log.txt"
 done
 
 log "bench resnet18"
