@@ -36,7 +36,7 @@ SOURCES = ("measured", "interpolated", "model", "free", "fallback")
 CORRECTION_CACHE = "e2e_fit"
 # per_family entries that are correction terms, not op families
 CORRECTION_TERMS = ("op_overhead", "memory_traffic", "weight_reload", "large_op_traffic")
-CORRECTION_VERSION = 9  # bump when ModelRow or the correction formula changes (9: zoo.locate)
+CORRECTION_VERSION = 10  # bump when ModelRow or the correction formula changes (10: all terms)
 ProgressFn = Callable[[str], None]
 
 
