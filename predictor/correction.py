@@ -28,9 +28,10 @@ A fifth term is the memory traffic of the ops too large for the L2 of the thread
 in-model time of such ops exceeds their isolated time: resnet18 at batch 8 spent 18.2 ms in its
 two pools inside the model against 13.9 ms alone, and 3.1 vs 1.7 ms in its batch norms, the same
 with a 0.5, 2 or 8 MiB flush; ops that fit in L2 run hot from the op before them and need no
-traffic term at all. On the 2-thread profile of the dev VM (59 settings) the selection keeps it
-and drops the all-op traffic term: leave-one-family-out MAPE 8.6% -> 6.6% (0.907 x sum +
-2.15 x weight re-read + 0.505 x large-op traffic). At 1 thread it lowers nothing and is left out.
+traffic term at all. On the 2-thread profile of the dev VM (59 settings) a fit with it and
+without the all-op traffic term scored leave-one-family-out MAPE 8.6% -> 6.6% (0.907 x sum +
+2.15 x weight re-read + 0.505 x large-op traffic). At 1 thread its fit comes out negative (22:08
+profile), so it is left out there.
 
 Which terms are fitted depends on how many settings there are (`select_terms`). A full profile's
 zoo (56-59 settings) fits all five, each kept >= 0. A short one (the quickstart's 5-10 settings)
