@@ -58,11 +58,12 @@ def locate(spec: str) -> str:
     spec points at this installation's data/ file again when the factory is one of the zoo's.
     Any other spec is returned as it is."""
     path, sep, factory = spec.rpartition(":")
-    if not (sep and path.endswith(".py")) or Path(path).exists() or Path(path).parent.name != "data":
+    stored = Path(path)
+    if not (sep and path.endswith(".py")) or stored.exists() or stored.parent.name != "data":
         return spec
-    shipped = f"{Path(path).name}:{factory}"
-    zoo = load_zoo()
-    if any(e["spec"] == shipped for e in [*zoo["training"], *zoo["heldout"]]):
+    shipped = f"{stored.name}:{factory}"
+    lists = load_zoo()
+    if any(e["spec"] == shipped for e in [*lists["training"], *lists["heldout"]]):
         return resolve_spec(shipped)
     return spec
 
