@@ -60,7 +60,7 @@ def predict(ctx, models, device, inputs, batch, dtype, threads, channels_last, s
     else:
         _show_many(results)
     for model, exc in failed:
-        stderr.print(f"error: {model}: {exc}", markup=False, highlight=False)
+        click.echo(f"error: {model}: {exc}", err=True)  # as hwlat.cli: one unwrapped line
     if failed:
         ctx.exit(1)
 
