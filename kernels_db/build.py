@@ -7,11 +7,14 @@ loses at most the config being timed; the next run (or a concurrent one) takes o
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -50,6 +53,7 @@ class ProfileReport:
     zoo_retimed_now: int = 0  # zoo op configs timed a second time at the end (ZOO_RETIME_SHARE)
     zoo_configs: int = 0
     zoo_measured: int = 0
+    untimed: dict[str, int] = field(default_factory=dict)  # per source, left for a resumed run
     noise_median: float | None = None
     status: str = "done"
     phases: dict[str, float] = field(default_factory=dict)
@@ -159,6 +163,39 @@ def plan(db: KernelDB, device_id: str, settings: ProfileSettings,
         (s.record.key, s.record.op, family_of(s.record.op), s.record.dtype, s.source,
          s.record.to_json(), s.priority) for s in unique])
     return new, n_zoo
+
+
+PLAN_SOURCES = ("profilers/sampling.py", "profilers/capture.py", "profilers/oprecord.py",
+                "profilers/ops.py", "profilers/zoo.py", "data/zoo.json", "data/models.py")
+"""Files whose contents decide which configs a plan holds (with torch's version and the
+settings): while none of them changed, a resumed profile skips planning."""
+
+
+def plan_key(settings: ProfileSettings) -> str:
+    """A digest of everything the plan depends on. Capturing the zoo for a plan took 112 s of a
+    10-minute profile on the slow 2-vCPU VM, and a resumed run planned the same configs again."""
+    import torch
+
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256(torch.__version__.encode())
+    fields = {k: v for k, v in asdict(settings).items()
+              if k in ("device", "dtypes", "models", "added", "batches", "seed",
+                       "random_per_family")}
+    h.update(json.dumps(fields, sort_keys=True, default=list).encode())
+    files = [root / f for f in PLAN_SOURCES]
+    files += [Path(spec.rpartition(":")[0] if ":" in spec else spec) for spec in settings.added]
+    for path in files:
+        if path.is_file():
+            h.update(path.name.encode() + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def planned_before(db: KernelDB, device_id: str, key: str) -> bool:
+    """Whether an earlier run of this device got past planning with the same `plan_key` (it
+    finished, or it timed something)."""
+    return any(run.settings.get("plan_key") == key
+               and (run.status == "done" or db.run_measured(run.id))
+               for run in db.runs(device_id))
 
 
 def _measure_config(record, device: str, flusher, threads: int):
@@ -431,16 +468,20 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
                 progress("measuring device peaks", deadline.fraction())
             db.set_peaks(device_id, measure_peaks(settings.device, fp.threads,
                                                   dtypes=settings.dtypes, budget_s=5.0))
+        key = plan_key(settings)
+        replan = not planned_before(db, device_id, key)
         run_id = db.start_run(device_id, budget_s=settings.budget_s,
                               settings={"dtypes": list(settings.dtypes), "seed": settings.seed,
                                         "models": list(settings.models or []),
                                         "added": _added_specs(settings),
-                                        "tf32": _tf32_settings(settings.device)})
+                                        "tf32": _tf32_settings(settings.device),
+                                        "plan_key": key})
         report.run_id = run_id
         status = "interrupted"
         try:
             t = time.monotonic()
-            report.planned, report.zoo_configs = plan(db, device_id, settings, progress)
+            if replan:
+                report.planned, report.zoo_configs = plan(db, device_id, settings, progress)
             report.phases["plan_s"] = time.monotonic() - t
             flusher = CacheFlusher(flush_bytes(fp.kind, fp.threads, fp.l2_bytes),
                                    settings.device)
@@ -497,6 +538,7 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
     zoo_keys = db.zoo_coverage(device_id)
     report.zoo_measured = zoo_keys[0]
     report.zoo_configs = zoo_keys[1]
+    report.untimed = db.untimed(device_id)
     noises = [m.iqr_s / m.median_s for m in db.measured(device_id) if m.median_s > 0]
     report.noise_median = float(np.median(noises)) if noises else None
     return report

@@ -535,6 +535,11 @@ class KernelDB:
                            (device_id,))
         return [self._run_row(r) for r in rows]
 
+    def run_measured(self, run_id: str) -> bool:
+        """Whether a run stored any op measurement."""
+        return bool(self._query("SELECT EXISTS (SELECT 1 FROM measurements WHERE run_id = ?)"
+                                " AS x", (run_id,))[0]["x"])
+
     def _run_row(self, r: sqlite3.Row) -> RunRow:
         return RunRow(id=r["id"], device_id=r["device_id"], started_at=r["started_at"],
                       finished_at=r["finished_at"], status=self._effective_status(r),
@@ -619,6 +624,16 @@ class KernelDB:
             " WHERE m.config_id = c.id)), 0) AS measured FROM op_configs c"
             " WHERE c.device_id = ? AND c.source = 'zoo'", (device_id,))[0]
         return row["measured"], row["total"]
+
+    def untimed(self, device_id: str) -> dict[str, int]:
+        """Configs not measured yet (nor found unable to run), per source: what a resumed
+        profile would still time."""
+        rows = self._query(
+            "SELECT source, COUNT(*) AS n FROM op_configs c WHERE c.device_id = ?"
+            " AND c.skip_reason IS NULL AND NOT EXISTS"
+            " (SELECT 1 FROM measurements m WHERE m.config_id = c.id) GROUP BY source",
+            (device_id,))
+        return {r["source"]: r["n"] for r in rows}
 
     def claim_unmeasured(self, device_id: str, run_id: str, limit: int, *,
                          sources: Sequence[str] | None = None, max_priority: int | None = None,

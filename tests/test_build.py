@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -194,6 +195,56 @@ def test_second_pass_keeps_what_the_first_left_and_never_nothing():
     # the first pass used the whole share (and overran it): the second still gets its minimum
     assert second_pass_reserve(100, 104, 52, 59) == pytest.approx(SECOND_PASS_MIN * 100)
     assert second_pass_reserve(100, 104, 52, 0) == 0  # nothing waiting
+
+
+def test_a_budget_the_zoo_fills_reports_what_is_left(tmp_path, monkeypatch):
+    """On a slow machine the zoo's configs (timed first) can take the whole budget: the report
+    counts the configs still untimed, per source, for the next run."""
+    from types import SimpleNamespace
+
+    from kernels_db import build
+    from kernels_db.store import KernelDB
+
+    clock = [0.0]  # a fake clock: each config takes one second
+    monkeypatch.setattr(build, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+
+    def fake_measure(record, device, flusher, threads):
+        clock[0] += 1.0
+        return SimpleNamespace(samples_s=[1e-5] * 3, is_noisy=False), None
+
+    monkeypatch.setattr(build, "_measure_config", fake_measure)
+    settings = build.ProfileSettings(threads=1, budget_s=40, models=("torchvision:resnet18",),
+                                     batches=(1,), e2e=False, random_per_family=3)
+    with KernelDB.open(tmp_path / "k.db") as db:
+        report = build.profile_device(db, settings)
+        timed = Counter(c.source for c in db.configs(report.device_id) if db.samples(c.id))
+        planned = Counter(c.source for c in db.configs(report.device_id))
+    assert report.zoo_configs > 40 and timed["zoo"] == report.zoo_measured == report.measured_now
+    assert report.untimed == {source: planned[source] - timed[source] for source in planned}
+    assert report.untimed["random"] == planned["random"] > 0
+
+
+def test_a_resumed_run_plans_again_only_when_the_plan_changed(tmp_path, monkeypatch):
+    from kernels_db import build
+    from kernels_db.store import KernelDB
+
+    plans = []
+    real_plan = build.plan
+
+    def counting_plan(db, device_id, settings, progress=None):
+        plans.append(settings.random_per_family)
+        return real_plan(db, device_id, settings, progress)
+
+    monkeypatch.setattr(build, "plan", counting_plan)
+    settings = build.ProfileSettings(threads=1, budget_s=3, models=("torchvision:squeezenet1_1",),
+                                     batches=(1,), e2e=False, random_per_family=2)
+    with KernelDB.open(tmp_path / "k.db") as db:
+        first = build.profile_device(db, settings)
+        again = build.profile_device(db, settings)
+        assert plans == [2] and first.planned > 0 and again.planned == 0
+        assert again.zoo_configs == first.zoo_configs  # still reported, from the database
+        build.profile_device(db, replace(settings, random_per_family=3))
+        assert plans == [2, 3]
 
 
 def test_adaptive_rounds_sample_only_families_the_zoo_uses(tmp_path):

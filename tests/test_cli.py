@@ -35,6 +35,8 @@ def test_profile_report_covers_the_zoo(profiled):
     assert report["zoo_configs"] > 10
     assert report["zoo_measured"] == report["zoo_configs"]
     assert 0 < report["noise_median"] < 1
+    assert "zoo" not in report["untimed"]  # what is left for a resumed run, per source
+    assert all(n > 0 for n in report["untimed"].values())
 
 
 def test_devices_json_has_counts(profiled):

@@ -311,6 +311,7 @@ def test_failed_configs_and_filters(tmp_path):
         assert [c.key for c in good] == ["key0001", "key0002"]
         db.add_measurement(good[0].id, run, [1e-5], flushed=True, threads=1, noisy=False)
         assert db.zoo_coverage(DEVICE) == (1, 3)
+        assert db.untimed(DEVICE) == {"zoo": 1, "random": 3}  # the failed one is not waiting
         db.finish_run(run, "done")
         again = db.start_run(DEVICE, budget_s=None, settings={})
         left = db.claim_unmeasured(DEVICE, again, 10, sources=["zoo", "random"])

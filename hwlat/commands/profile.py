@@ -56,3 +56,15 @@ def profile(ctx, device, threads, budget, name, dtypes, models, added, batches, 
         f"{report.zoo_retimed_now} training-zoo ones), {report.models_measured_now} end-to-end "
         f"model timings in {report.elapsed_s:.0f} s; training-zoo configs "
         f"covered {report.zoo_measured}/{report.zoo_configs}; median IQR/median {noise}.")
+    if line := untimed_line(report):
+        stderr.print(line)
+
+
+def untimed_line(report) -> str | None:
+    """What the budget left untimed, per source, and how to finish it; None when nothing is."""
+    left = sum(report.untimed.values())
+    if not left:
+        return None
+    parts = ", ".join(f"{n} {source}" for source, n in sorted(report.untimed.items()))
+    return (f"{left} planned op configs are not timed yet ({parts}); run `hwlat profile` again "
+            "to time them (it continues where this run stopped)")
