@@ -22,9 +22,9 @@ from torch import nn
 
 from advisor.pruning import prunable_sites, prune_model
 from kernels_db.store import DeviceRow, KernelDB
+from profilers.fingerprint import CPU_BF16_FLAGS
 from profilers.specs import InputSpec, LoadedModel
 
-_CPU_BF16 = {"avx512_bf16", "amx_bf16", "bf16"}
 PRUNE_RATIOS = (0.25, 0.5, 0.75)
 RESOLUTION_SCALES = (0.875, 0.75, 0.5)
 SEQUENCE_SCALES = (0.75, 0.5)
@@ -169,7 +169,7 @@ def precision_variants(ctx: LeverContext) -> list[Variant] | str:
         return f"already runs in {ctx.dtype}"
     isa = set(ctx.device.fingerprint.get("isa", []))
     if ctx.device.kind == "cpu":
-        if not isa & _CPU_BF16:
+        if not isa & CPU_BF16_FLAGS:
             return "this CPU has no native bf16 (avx512_bf16/amx_bf16); bf16 would be emulated"
         choices = ["bfloat16"]
     else:

@@ -13,7 +13,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -165,10 +165,11 @@ def plan(db: KernelDB, device_id: str, settings: ProfileSettings,
     return new, n_zoo
 
 
+PLAN_FIELDS = ("device", "dtypes", "models", "added", "batches", "seed", "random_per_family")
 PLAN_SOURCES = ("profilers/sampling.py", "profilers/capture.py", "profilers/oprecord.py",
                 "profilers/ops.py", "profilers/zoo.py", "data/zoo.json", "data/models.py")
-"""Files whose contents decide which configs a plan holds (with torch's version and the
-settings): while none of them changed, a resumed profile skips planning."""
+"""The settings and files whose contents decide which configs a plan holds (with torch's
+version): while none of them changed, a resumed profile skips planning."""
 
 
 def plan_key(settings: ProfileSettings) -> str:
@@ -178,12 +179,10 @@ def plan_key(settings: ProfileSettings) -> str:
 
     root = Path(__file__).resolve().parents[1]
     h = hashlib.sha256(torch.__version__.encode())
-    fields = {k: v for k, v in asdict(settings).items()
-              if k in ("device", "dtypes", "models", "added", "batches", "seed",
-                       "random_per_family")}
+    fields = {k: getattr(settings, k) for k in PLAN_FIELDS}
     h.update(json.dumps(fields, sort_keys=True, default=list).encode())
     files = [root / f for f in PLAN_SOURCES]
-    files += [Path(spec.rpartition(":")[0] if ":" in spec else spec) for spec in settings.added]
+    files += [Path(spec.rpartition(":")[0] or spec) for spec in settings.added]  # .py / .pt2
     for path in files:
         if path.is_file():
             h.update(path.name.encode() + path.read_bytes())

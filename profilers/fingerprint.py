@@ -29,6 +29,9 @@ from profilers.clocks import parse_device
 from profilers.errors import DeviceError
 from profilers.timer import Measurement, default_threads, measure, thread_count
 
+CPU_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+"""CPU flags of native bf16 arithmetic (x86 and aarch64); without one, bf16 is emulated."""
+
 # CPU features that change which kernels torch/oneDNN/MKL pick (x86 flags and aarch64 Features)
 ISA_FEATURES = (
     "sse4_2",
@@ -403,7 +406,7 @@ def _dtype_supported(name: str, dev: str) -> bool:
         return dtype != torch.bfloat16 or torch.cuda.is_bf16_supported()
     flags = _cpuinfo()["flags"]
     if dtype == torch.bfloat16:
-        return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+        return bool(flags & CPU_BF16_FLAGS)
     if dtype == torch.float16:
         return bool(flags & {"avx512_fp16", "amx_fp16", "asimdhp"})
     return dtype in (torch.float32, torch.float64)

@@ -36,7 +36,6 @@ def test_profile_report_covers_the_zoo(profiled):
     assert report["zoo_measured"] == report["zoo_configs"]
     assert 0 < report["noise_median"] < 1
     assert "zoo" not in report["untimed"]  # what is left for a resumed run, per source
-    assert all(n > 0 for n in report["untimed"].values())
 
 
 def test_devices_json_has_counts(profiled):
@@ -47,6 +46,8 @@ def test_devices_json_has_counts(profiled):
     assert device["id"] == report["device_id"] and device["name"] == "box"
     assert device["threads"] == 1
     assert device["n_configs"] >= device["n_measured"] >= report["zoo_configs"]
+    # the untimed ones, less any found unable to run on this device
+    assert sum(report["untimed"].values()) <= device["n_configs"] - device["n_measured"]
     assert device["n_samples"] > device["n_measured"] and device["n_models"] >= 1
 
 

@@ -19,7 +19,7 @@ from kernels_db.store import KernelDB
 from predictor.features import roofline_s
 from profilers import ops, sampling
 from profilers.capture import capture_spec
-from profilers.fingerprint import fingerprint
+from profilers.fingerprint import CPU_BF16_FLAGS, fingerprint
 
 PEAKS = {"gflops": {"float32": 50.0, "bfloat16": 80.0}, "gbps": 10.0}
 SMALL = "1x3x64x64"
@@ -61,7 +61,7 @@ def env(tmp_path_factory):
                                   "threads": 1, "device": "cpu", "kind": "e2e"},
                                  list(total * spread))
     return {"db": str(path), "device": fp.device_id, "cache": str(root / "cache"),
-            "bf16": bool(set(fp.isa) & {"avx512_bf16", "amx_bf16", "bf16"})}
+            "bf16": bool(CPU_BF16_FLAGS & set(fp.isa))}
 
 
 def run(env, *args):
