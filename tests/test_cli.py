@@ -17,12 +17,16 @@ def run(*args: str, db=None):
 
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory):
+    """squeezenet's zoo fully timed; a slow or busy machine may need the run again, as a user would."""
     db = tmp_path_factory.mktemp("cli") / "k.db"
-    result = run("profile", "--budget", "25s", "--models", "torchvision:squeezenet1_1",
-                 "--batch", "1", "--random-per-family", "4", "--threads", "1", "--name", "box",
-                 "--json", db=db)
-    assert result.exit_code == 0, result.output
-    return db, json.loads(result.stdout)
+    reports = []
+    while not reports or (reports[-1]["untimed"].get("zoo") and len(reports) < 4):
+        result = run("profile", "--budget", "25s", "--models", "torchvision:squeezenet1_1",
+                     "--batch", "1", "--random-per-family", "4", "--threads", "1", "--name", "box",
+                     "--json", db=db)
+        assert result.exit_code == 0, result.output
+        reports.append(json.loads(result.stdout))
+    return db, reports
 
 
 def test_help_and_version():
@@ -31,15 +35,20 @@ def test_help_and_version():
 
 
 def test_profile_report_covers_the_zoo(profiled):
-    _, report = profiled
-    assert report["zoo_configs"] > 10
-    assert report["zoo_measured"] == report["zoo_configs"]
-    assert 0 < report["noise_median"] < 1
-    assert "zoo" not in report["untimed"]  # what is left for a resumed run, per source
+    _, reports = profiled
+    for report in reports:  # zoo configs are timed, left for the next run, or found unable to run
+        assert report["zoo_configs"] > 10
+        assert report["zoo_measured"] + report["untimed"].get("zoo", 0) <= report["zoo_configs"]
+        assert report["status"] == "done" and 0 < report["noise_median"] < 1
+    assert reports[-1]["zoo_measured"] == reports[-1]["zoo_configs"]
+    assert "zoo" not in reports[-1]["untimed"]  # what is left for a resumed run, per source
+    if len(reports) > 1:  # a resumed run does not plan again while its plan is unchanged
+        assert all(r["planned"] == 0 for r in reports[1:])
 
 
 def test_devices_json_has_counts(profiled):
-    db, report = profiled
+    db, reports = profiled
+    report = reports[-1]
     result = run("devices", "--json", db=db)
     assert result.exit_code == 0
     (device,) = json.loads(result.stdout)
@@ -89,7 +98,7 @@ def test_several_models_one_failing_keeps_the_others(profiled):
 
 
 def test_unknown_device_lists_known_ones(profiled):
-    db, report = profiled
+    db, _ = profiled
     result = run("predict", "torchvision:resnet18", "--device", "nope", db=db)
     assert result.exit_code == 1
     assert result.output.count("\n") == 1 and "box" in result.output
@@ -108,7 +117,7 @@ def test_unknown_model_is_a_domain_error(profiled):
 
 
 def test_export_import_round_trip(profiled, tmp_path):
-    db, report = profiled
+    db, _ = profiled
     path = tmp_path / "box.hwlat.gz"
     assert run("db", "export", "box", str(path), db=db).exit_code == 0
     other = tmp_path / "other.db"
