@@ -224,6 +224,43 @@ def test_a_budget_the_zoo_fills_reports_what_is_left(tmp_path, monkeypatch):
     assert report.untimed["random"] == planned["random"] > 0
 
 
+def test_a_short_sampling_phase_times_some_of_every_source_and_family(tmp_path, monkeypatch):
+    """After the zoo, perturbations and random configs are dealt in turn (build.SPREAD_PRIORITY):
+    a run with little time left still times random configs of several families, which reach
+    shapes the zoo lacks (queued last, none was timed on a slow VM: alexnet +126%)."""
+    from types import SimpleNamespace
+
+    from kernels_db import build
+    from kernels_db.store import KernelDB
+
+    clock = [0.0]  # a fake clock: zoo configs take 10 ms, the others a second
+    monkeypatch.setattr(build, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    sources: dict[str, str] = {}
+    real_plan = build.plan
+
+    def plan_and_note_sources(db, device_id, settings, progress=None):
+        planned = real_plan(db, device_id, settings, progress)
+        sources.update((c.key, c.source) for c in db.configs(device_id))
+        return planned
+
+    def fake_measure(record, device, flusher, threads):
+        clock[0] += 0.01 if sources[record.key] == "zoo" else 1.0
+        return SimpleNamespace(samples_s=[1e-5] * 3, is_noisy=False), None
+
+    monkeypatch.setattr(build, "plan", plan_and_note_sources)
+    monkeypatch.setattr(build, "_measure_config", fake_measure)
+    settings = build.ProfileSettings(threads=1, budget_s=40, models=("torchvision:resnet18",),
+                                     batches=(1,), e2e=False, random_per_family=3)
+    with KernelDB.open(tmp_path / "k.db") as db:
+        report = build.profile_device(db, settings)
+        timed = [c for c in db.configs(report.device_id) if db.samples(c.id)]
+    assert report.zoo_measured == report.zoo_configs
+    families = {source: {c.family for c in timed if c.source == source}
+                for source in ("perturb", "random")}
+    assert len(families["perturb"]) >= 3 and len(families["random"]) >= 4
+    assert sum(c.source != "zoo" for c in timed) >= 30  # the zoo's re-timing left most to these
+
+
 def test_a_resumed_run_plans_again_only_when_the_plan_changed(tmp_path, monkeypatch):
     from kernels_db import build
     from kernels_db.store import KernelDB

@@ -108,6 +108,42 @@ def test_views_get_the_real_strides_of_size_one_dims() -> None:
     _assert_same(captured, real)
 
 
+class _Norms(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn1, self.bn1d = nn.BatchNorm1d(8), nn.BatchNorm1d(8)
+        self.bn2, self.bn3 = nn.BatchNorm2d(8), nn.BatchNorm3d(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = self.bn1(x.mean((2, 3)))  # N x C
+        b = self.bn1d(x.flatten(2))  # N x C x L
+        c = self.bn2(x)
+        d = self.bn3(x.unsqueeze(2))
+        return a.sum() + b.sum() + c.sum() + d.sum()
+
+
+@pytest.mark.parametrize("dtype, channels_last", [("float32", False), ("float32", True),
+                                                  ("bfloat16", True)])
+def test_batch_norm_shortcut_records_what_the_fake_mode_does(monkeypatch, dtype,
+                                                             channels_last) -> None:
+    """capture._SHORTCUTS makes batch_norm's output without FakeTensorMode's decomposition:
+    the records must be the same as with it, and a BN in training mode is left to it."""
+    from profilers import capture as capture_module
+
+    model = _Norms().eval()
+    inputs = [InputSpec((2, 8, 6, 6))]
+    fast = capture(model, inputs, dtype=dtype, channels_last=channels_last)
+    monkeypatch.setattr(capture_module, "_SHORTCUTS", {})
+    slow = capture(model, inputs, dtype=dtype, channels_last=channels_last)
+    assert sum(r.op == "aten.batch_norm.default" for r in fast) == 4
+    _assert_same(fast, slow)
+    if dtype == "float32" and not channels_last:
+        _assert_same(fast, record_real(model, inputs))
+    training = capture(model.train(), inputs, dtype=dtype, channels_last=channels_last)
+    monkeypatch.undo()
+    assert training == capture(model, inputs, dtype=dtype, channels_last=channels_last)
+
+
 def test_grad_modes_dispatch_different_ops() -> None:
     model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten(), nn.LazyLinear(4))
     model(torch.randn(1, 3, 8, 8))  # materialize the lazy layer
