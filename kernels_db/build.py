@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels_db.store import KernelDB, settings_key
+from kernels_db.store import SOURCE_PRIORITY, KernelDB, settings_key
 from profilers import isolate, sampling, zoo
 from profilers.errors import HwlatError
 
@@ -129,18 +129,17 @@ def _device_type(device: str) -> str:
     return device.split(":")[0]
 
 
-SPREAD_PRIORITY = 1
-"""Perturbations of the zoo's configs and random ones share one priority after the zoo and are
-queued one per (source, family, dtype) in turn. Queued after all perturbations (random ones
-last, family by family), a 10-minute 1-thread profile on a slow VM (8 MiB L3) timed the zoo and
-some perturbations but no random config, so no linear layer with more than 9 MB of weights:
-alexnet's fc6 (151 MB) was predicted at 3.4 GB/s (it runs at 13 GB/s) and alexnet at batch 1
-+126%; 10 minutes more, with the random configs, brought it to +28%."""
-
-
 def plan(db: KernelDB, device_id: str, settings: ProfileSettings,
          progress: ProgressFn | None = None) -> tuple[int, int]:
-    """Insert the run's op configs (zoo, perturbations, random); returns (new, zoo total)."""
+    """Insert the run's op configs (zoo, perturbations, random); returns (new, zoo total).
+
+    After the zoo, perturbed and random configs share one priority and are queued one per
+    (source, family, dtype) in turn, so a run stopped early has timed some of every kind. Queued
+    after all perturbations (random ones last, family by family), a 10-minute 1-thread profile
+    on a slow VM (8 MiB L3) timed the zoo and some perturbations but no random config, hence no
+    linear layer with more than 9 MB of weights: alexnet's fc6 (151 MB) was priced at 3.4 GB/s
+    (it runs at 13) and alexnet at batch 1 +126%. (A database planned before keeps its configs'
+    insertion order: there, perturbations still come first.)"""
     from profilers.capture import capture_spec
     from profilers.ops import family_of
     from profilers.specs import parse_input_spec
@@ -157,7 +156,7 @@ def plan(db: KernelDB, device_id: str, settings: ProfileSettings,
                                     device_type=device_type, dtype=dtype)
             recs = list(sampling.timed_records(captured.ops))
             zoo_records.extend(recs)
-            samples.extend(sampling.Sample(r, "zoo", 0) for r in recs)
+            samples.extend(sampling.Sample(r, "zoo", SOURCE_PRIORITY["zoo"]) for r in recs)
     n_zoo = len({r.key for r in zoo_records})
     rng_seed = settings.seed
     streams: dict[tuple[str, str, str], list] = {}  # (source, family, dtype) -> records
@@ -168,9 +167,8 @@ def plan(db: KernelDB, device_id: str, settings: ProfileSettings,
             n = sampling.draws(family, settings.random_per_family)
             streams[("random", family, dtype)] = sampling.random_records(
                 family, n, seed=rng_seed, device_type=device_type, dtype=dtype)
-    # one config of each stream in turn (SPREAD_PRIORITY): a run stopped early has some of all
-    for deal in itertools.zip_longest(*streams.values()):
-        samples.extend(sampling.Sample(r, source, SPREAD_PRIORITY)
+    for deal in itertools.zip_longest(*streams.values()):  # one of each stream in turn
+        samples.extend(sampling.Sample(r, source, SOURCE_PRIORITY[source])
                        for (source, _, _), r in zip(streams, deal, strict=True) if r is not None)
     unique = sampling.dedupe(samples)
     new = db.add_configs(device_id, [
@@ -180,9 +178,9 @@ def plan(db: KernelDB, device_id: str, settings: ProfileSettings,
 
 
 PLAN_FIELDS = ("device", "dtypes", "models", "added", "batches", "seed", "random_per_family")
-PLAN_SOURCES = ("kernels_db/build.py", "profilers/sampling.py", "profilers/capture.py",
-                "profilers/oprecord.py", "profilers/ops.py", "profilers/zoo.py", "data/zoo.json",
-                "data/models.py")
+PLAN_SOURCES = ("profilers/sampling.py", "profilers/capture.py", "profilers/oprecord.py",
+                "profilers/ops.py", "profilers/zoo.py", "data/zoo.json", "data/models.py")
+PLAN_VERSION = 2  # of `plan` itself: raise it when plan() changes what it queues (2: dealt in turn)
 """The settings and files whose contents decide which configs a plan holds (with torch's
 version): while none of them changed, a resumed profile skips planning."""
 
@@ -193,7 +191,7 @@ def plan_key(settings: ProfileSettings) -> str:
     import torch
 
     root = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256(torch.__version__.encode())
+    h = hashlib.sha256(f"{torch.__version__} plan {PLAN_VERSION}".encode())
     fields = {k: getattr(settings, k) for k in PLAN_FIELDS}
     h.update(json.dumps(fields, sort_keys=True, default=list).encode())
     files = [root / f for f in PLAN_SOURCES]
@@ -217,7 +215,8 @@ OP_REL_TOL = 0.04
 2%): a medium conv's median already varies 4% from one process to the next (DESIGN.md), so the
 narrower interval bought little, and on a noisy VM (IQR a median 8% of the median) it took 221
 samples for a 0.9 ms op. 10-minute 1-thread profiles on the slow VM timed the zoo in 229 and 271 s
-instead of 301 s (held-out zoo 9.4% MAPE, 85% within 10%, against 9.3%, 77%)."""
+instead of 301 s; predicted from them the held-out zoo scored the same (11.7% and 11.6% MAPE on
+one set of measurements): what it buys is time for sampling (benchmarks/RESULTS.md)."""
 
 
 def _measure_config(record, device: str, flusher, threads: int):
@@ -323,8 +322,9 @@ in the previous profile, the rest 1.01-1.07x; mobilenet_v2's summed ops went fro
 of its end-to-end time.)"""
 RETIME_OF_LEFT = 1 / 3
 """...and within a third of the time the zoo left: the rest goes to sampling. On the slow VM the
-zoo took 271 s of a 10-minute profile, the re-timing kept back 58 s, and the sampling got none:
-held-out zoo 10.1% MAPE, 73% within 10%; 38 s of sampling and 60 s of re-timing: 9.4%, 85%."""
+zoo took 271 s of a 10-minute profile, the re-timing kept back 58 s, and the sampling got none
+(held-out zoo 12.2% MAPE, 65% within 10%); with this cap a profile sampled for 117 s and
+re-timed for 58 s (6.9%, 85%; benchmarks/RESULTS.md)."""
 E2E_MAX_TIME_S = 2.5  # per model and pass: most stop earlier, when their median is stable
 
 
@@ -408,10 +408,12 @@ def adaptive_round(db: KernelDB, device_id: str, settings: ProfileSettings, roun
         n = 40 // (rank + 1)
         if family in sampling.GENERATORS:
             for dtype in settings.dtypes:
-                new_samples += [sampling.Sample(r, "adaptive", 3) for r in sampling.random_records(
-                    family, n, seed=1000 + round_no, device_type=device_type, dtype=dtype)]
+                new_samples += [sampling.Sample(r, "adaptive", SOURCE_PRIORITY["adaptive"])
+                                for r in sampling.random_records(family, n, seed=1000 + round_no,
+                                                                 device_type=device_type,
+                                                                 dtype=dtype)]
         base = [OpRecord.from_json(m.record) for m in measured if m.family == family]
-        new_samples += [sampling.Sample(r, "adaptive", 3)
+        new_samples += [sampling.Sample(r, "adaptive", SOURCE_PRIORITY["adaptive"])
                         for r in sampling.perturbations(base, n, seed=2000 + round_no)]
     unique = sampling.dedupe(new_samples)
     return db.add_configs(device_id, [

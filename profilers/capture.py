@@ -32,7 +32,13 @@ from torch.nn.modules.module import (
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from profilers.errors import CaptureError, SpecError, ValueDependentCapture
-from profilers.oprecord import OpRecord, TensorSpec, dtype_from_name
+from profilers.oprecord import (
+    OpRecord,
+    TensorSpec,
+    _channels_last_strides,
+    _contiguous_strides,
+    dtype_from_name,
+)
 from profilers.specs import InputSpec, LoadedModel, load_model
 
 GRAD_MODES: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
@@ -138,20 +144,30 @@ def _inference_batch_norm(args: tuple, kwargs: dict) -> torch.Tensor | None:
     """`batch_norm` at inference on CPU fake tensors, without running its decomposition.
 
     FakeTensorMode has no meta kernel for it and runs ATen's Python decomposition, 3-13 ms a
-    call: 26 of the 79 s that capturing the training zoo took here (2220 calls). The output
-    has the input's shape and layout (checked against the decomposition for 2-5-d inputs,
-    channels_last, fp32/bf16/fp16). None: not that case (training, another device, an unusual
-    layout); the op then runs as usual."""
+    call: 26 of the 79 s that capturing the training zoo took here (2220 calls). For an input
+    laid out exactly contiguous or channels_last, the CPU kernel's output is contiguous when the
+    input also counts as contiguous (a size-1 dim's stride is free), else channels_last (checked
+    against the decomposition and the real kernel: tests/test_capture.py). None: any other case
+    (training, another device, other strides, statistics that do not match the channels); the op
+    then runs as usual."""
     names = ("input", "weight", "bias", "running_mean", "running_var", "training")
     bound = {**dict(zip(names, args, strict=False)), **kwargs}
     x = bound.get("input")
     if (bound.get("training", True) or not isinstance(x, FakeTensor) or x.device.type != "cpu"
             or x.dim() < 2 or bound.get("running_mean") is None):
         return None
-    if not (x.is_contiguous()
-            or (x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last))):
+    channels = x.shape[1]
+    if any(t is not None and t.numel() != channels
+           for t in (bound.get(k) for k in ("weight", "bias", "running_mean", "running_var"))):
         return None
-    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+    shape, stride = tuple(x.shape), tuple(x.stride())
+    if stride == _contiguous_strides(shape):
+        out_stride = stride
+    elif x.dim() == 4 and stride == _channels_last_strides(shape):
+        out_stride = _contiguous_strides(shape) if x.is_contiguous() else stride
+    else:
+        return None
+    return torch.empty_strided(shape, out_stride, dtype=x.dtype, device=x.device)
 
 
 _SHORTCUTS: dict[Any, Callable[[tuple, dict], Any]] = {

@@ -23,7 +23,7 @@ from torch.nn import functional as F
 
 from profilers.oprecord import OpRecord, TensorSpec, _channels_last_strides, _contiguous_strides
 
-SOURCES = ("zoo", "perturb", "random", "adaptive")  # in profiling priority order
+SOURCES = ("zoo", "perturb", "random", "adaptive")  # priorities: kernels_db.store.SOURCE_PRIORITY
 
 
 @dataclass(frozen=True)

@@ -224,18 +224,18 @@ def test_a_budget_the_zoo_fills_reports_what_is_left(tmp_path, monkeypatch):
     assert report.untimed["random"] == planned["random"] > 0
 
 
-def test_a_short_sampling_phase_times_some_of_every_source_and_family(tmp_path, monkeypatch):
-    """After the zoo, perturbations and random configs are dealt in turn (build.SPREAD_PRIORITY):
-    a run with little time left still times random configs of several families, which reach
-    shapes the zoo lacks (queued last, none was timed on a slow VM: alexnet +126%)."""
+def _profile_on_a_fake_clock(tmp_path, monkeypatch, budget_s: float, zoo_share: float):
+    """A resnet18 profile on a fake clock: all zoo configs together take `zoo_share` of the
+    budget, every other config a second. (report, configs timed, seconds spent re-timing)."""
     from types import SimpleNamespace
 
     from kernels_db import build
     from kernels_db.store import KernelDB
 
-    clock = [0.0]  # a fake clock: zoo configs take 10 ms, the others a second
+    clock = [0.0]
     monkeypatch.setattr(build, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     sources: dict[str, str] = {}
+    seen: Counter = Counter()
     real_plan = build.plan
 
     def plan_and_note_sources(db, device_id, settings, progress=None):
@@ -244,21 +244,44 @@ def test_a_short_sampling_phase_times_some_of_every_source_and_family(tmp_path, 
         return planned
 
     def fake_measure(record, device, flusher, threads):
-        clock[0] += 0.01 if sources[record.key] == "zoo" else 1.0
+        zoo_n = sum(s == "zoo" for s in sources.values())
+        seen[record.key] += 1
+        clock[0] += zoo_share * budget_s / zoo_n if sources[record.key] == "zoo" else 1.0
         return SimpleNamespace(samples_s=[1e-5] * 3, is_noisy=False), None
 
     monkeypatch.setattr(build, "plan", plan_and_note_sources)
     monkeypatch.setattr(build, "_measure_config", fake_measure)
-    settings = build.ProfileSettings(threads=1, budget_s=40, models=("torchvision:resnet18",),
-                                     batches=(1,), e2e=False, random_per_family=3)
+    settings = build.ProfileSettings(threads=1, budget_s=budget_s,
+                                     models=("torchvision:resnet18",), batches=(1,), e2e=False,
+                                     random_per_family=3)
     with KernelDB.open(tmp_path / "k.db") as db:
         report = build.profile_device(db, settings)
         timed = [c for c in db.configs(report.device_id) if db.samples(c.id)]
+    zoo_n = sum(s == "zoo" for s in sources.values())
+    retimed_s = sum(n - 1 for n in seen.values()) * zoo_share * budget_s / zoo_n
+    return report, timed, retimed_s
+
+
+def test_a_short_sampling_phase_times_some_of_every_source_and_family(tmp_path, monkeypatch):
+    """After the zoo, perturbations and random configs are dealt in turn (build.plan): a run
+    with little time left still times random configs of several families, which reach shapes
+    the zoo lacks (queued last, none was timed on a slow VM: alexnet +126%)."""
+    report, timed, _ = _profile_on_a_fake_clock(tmp_path, monkeypatch, 40, zoo_share=0.02)
     assert report.zoo_measured == report.zoo_configs
     families = {source: {c.family for c in timed if c.source == source}
                 for source in ("perturb", "random")}
     assert len(families["perturb"]) >= 3 and len(families["random"]) >= 4
-    assert sum(c.source != "zoo" for c in timed) >= 30  # the zoo's re-timing left most to these
+    assert sum(c.source != "zoo" for c in timed) >= 30
+
+
+def test_the_zoo_retiming_keeps_back_a_third_of_what_the_zoo_left(tmp_path, monkeypatch):
+    """A zoo that fills 85% of the budget leaves 15 s of 100: the re-timing keeps back 5 s
+    (build.RETIME_OF_LEFT), not the 10 s of its share, and the sampling gets the other 10."""
+    report, timed, retimed_s = _profile_on_a_fake_clock(tmp_path, monkeypatch, 100,
+                                                        zoo_share=0.85)
+    assert report.zoo_measured == report.zoo_configs and report.zoo_retimed_now > 0
+    assert retimed_s <= 5.0 + 0.85 * 100 / report.zoo_configs
+    assert sum(c.source != "zoo" for c in timed) >= 9
 
 
 def test_a_resumed_run_plans_again_only_when_the_plan_changed(tmp_path, monkeypatch):
