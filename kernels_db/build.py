@@ -180,9 +180,9 @@ def plan(db: KernelDB, device_id: str, settings: ProfileSettings,
 PLAN_FIELDS = ("device", "dtypes", "models", "added", "batches", "seed", "random_per_family")
 PLAN_SOURCES = ("profilers/sampling.py", "profilers/capture.py", "profilers/oprecord.py",
                 "profilers/ops.py", "profilers/zoo.py", "data/zoo.json", "data/models.py")
-PLAN_VERSION = 2  # of `plan` itself: raise it when plan() changes what it queues (2: dealt in turn)
 """The settings and files whose contents decide which configs a plan holds (with torch's
 version): while none of them changed, a resumed profile skips planning."""
+PLAN_VERSION = 2  # of `plan` itself: raise it when plan() changes what it queues (2: dealt in turn)
 
 
 def plan_key(settings: ProfileSettings) -> str:

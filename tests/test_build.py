@@ -235,18 +235,19 @@ def _profile_on_a_fake_clock(tmp_path, monkeypatch, budget_s: float, zoo_share: 
     clock = [0.0]
     monkeypatch.setattr(build, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     sources: dict[str, str] = {}
+    zoo_config_s = [0.0]  # what one zoo config takes, once the plan says how many there are
     seen: Counter = Counter()
     real_plan = build.plan
 
     def plan_and_note_sources(db, device_id, settings, progress=None):
         planned = real_plan(db, device_id, settings, progress)
         sources.update((c.key, c.source) for c in db.configs(device_id))
+        zoo_config_s[0] = zoo_share * budget_s / sum(s == "zoo" for s in sources.values())
         return planned
 
     def fake_measure(record, device, flusher, threads):
-        zoo_n = sum(s == "zoo" for s in sources.values())
         seen[record.key] += 1
-        clock[0] += zoo_share * budget_s / zoo_n if sources[record.key] == "zoo" else 1.0
+        clock[0] += zoo_config_s[0] if sources[record.key] == "zoo" else 1.0
         return SimpleNamespace(samples_s=[1e-5] * 3, is_noisy=False), None
 
     monkeypatch.setattr(build, "plan", plan_and_note_sources)
@@ -257,8 +258,7 @@ def _profile_on_a_fake_clock(tmp_path, monkeypatch, budget_s: float, zoo_share: 
     with KernelDB.open(tmp_path / "k.db") as db:
         report = build.profile_device(db, settings)
         timed = [c for c in db.configs(report.device_id) if db.samples(c.id)]
-    zoo_n = sum(s == "zoo" for s in sources.values())
-    retimed_s = sum(n - 1 for n in seen.values()) * zoo_share * budget_s / zoo_n
+    retimed_s = sum(n - 1 for n in seen.values()) * zoo_config_s[0]
     return report, timed, retimed_s
 
 
