@@ -347,9 +347,13 @@ def prepare(spec: str, inputs: list[str] | None = None, *, batch: int | None = N
     return model, args
 
 
+FORWARD_MIN_RUNS = 5
+FORWARD_WARMUP = 2
+
+
 def time_forward(spec: str, inputs: list[str] | None = None, *, batch: int | None = None,
-                 dtype: str = "float32", device: str = "cpu", min_runs: int = 5,
-                 warmup: int = 2, max_time_s: float = 3.0,
+                 dtype: str = "float32", device: str = "cpu", min_runs: int = FORWARD_MIN_RUNS,
+                 warmup: int = FORWARD_WARMUP, max_time_s: float = 3.0,
                  threads: int | None = None) -> list[float]:
     """Raw end-to-end forward latencies (seconds) of a model spec, as deployed (inference mode),
     in this process (`threads`: torch's intra-op threads, None leaves them as they are).

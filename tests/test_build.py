@@ -170,6 +170,41 @@ def test_end_to_end_passes_go_round_the_models(tmp_path):
         assert again[-1][0] == first and again[-1][2] == key  # the least measured first
 
 
+def test_a_setting_that_cannot_finish_before_the_deadline_is_left_for_the_next_run(
+        tmp_path, monkeypatch):
+    """The second pass skips a setting whose warm-up and minimum runs, at its first pass's pace,
+    take longer than the time left (a 10-minute profile ran 12 s over on convnext_tiny at batch
+    8), and still times the ones that fit after it."""
+    from types import SimpleNamespace
+
+    from kernels_db import build
+    from kernels_db.store import KernelDB
+    from profilers import modelbench
+
+    clock = [0.0]
+    monkeypatch.setattr(build, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    pace = {"1x3x224x224": 4.0, "1x3x160x160": 0.5}  # seconds a forward pass
+
+    def fake_forward(spec, inputs, **kw):
+        runs = modelbench.FORWARD_WARMUP + modelbench.FORWARD_MIN_RUNS
+        clock[0] += 1.0 + runs * pace[inputs[0]]  # 1 s to start the child and build the model
+        return [pace[inputs[0]]] * modelbench.FORWARD_MIN_RUNS
+
+    monkeypatch.setattr(modelbench, "time_forward_isolated", fake_forward)
+    settings = build.ProfileSettings(threads=1, models=("torchvision:squeezenet1_1",), batches=(1,))
+    with KernelDB.open(tmp_path / "k.db") as db:
+        db.upsert_device({"t": 1}, device_id="d", kind="cpu", threads=1)
+        first = build.measure_models(db, "d", None, settings, build._Deadline(600), 1,
+                                     share_s=600)
+        assert first == 2
+        deadline = build._Deadline(20)  # 20 s left: 7 x 4 s cannot fit, 7 x 0.5 can
+        second = build.measure_models(db, "d", None, settings, deadline, 1, share_s=20,
+                                      pass_no=2)
+        assert second == 1 and deadline.left() > 0
+        timed = Counter(m.settings["inputs"][0] for m in db.model_measurements("d", kind="e2e"))
+    assert timed == {"1x3x224x224": 1, "1x3x160x160": 2}
+
+
 def test_settings_timed_in_a_moved_checkout_are_not_timed_again(tmp_path):
     from kernels_db import build
     from kernels_db.store import KernelDB
