@@ -30,8 +30,14 @@ two pools inside the model against 13.9 ms alone, and 3.1 vs 1.7 ms in its batch
 with a 0.5, 2 or 8 MiB flush; ops that fit in L2 run hot from the op before them and need no
 traffic term at all. On the 2-thread profile of the dev VM (59 settings) a fit with it and
 without the all-op traffic term scored leave-one-family-out MAPE 8.6% -> 6.6% (0.907 x sum +
-2.15 x weight re-read + 0.505 x large-op traffic). At 1 thread its fit comes out negative (22:08
-profile), so it is left out there.
+2.15 x weight re-read + 0.505 x large-op traffic). At 1 thread on the dev VM its fit came out
+negative (22:08 profile), so it was left out there; on the slow VM it comes out 0.6-0.7. The
+weights of an op larger than the LLC are not in it (`Predictor._large_traffic_s`): timed alone,
+such an op streams them from DRAM already (alexnet's 151 MB fc6 at 12-13 GB/s), and counting them
+put alexnet at batch 1 at +34% and +54%. Re-predicting the slow VM's recorded held-out zoo
+evaluations (1 thread; three profiles against two measurement sessions, five pairs) without them:
+MAPE 5.8, 8.1, 5.4, 10.3 and 6.3% where counting them gave 7.0, 9.3, 5.5, 11.6 and 7.4%, and
+alexnet at batch 1 +10%/+18%; the zoo's own leave-one-family-out MAPE stayed 5.5/5.5/3.9%.
 
 Which terms are fitted depends on how many settings there are (`select_terms`). A full profile's
 zoo (56-59 settings) fits all five, each kept >= 0. A short one (the quickstart's 5-10 settings)
