@@ -55,6 +55,7 @@ class ProfileReport:
     zoo_configs: int = 0
     zoo_measured: int = 0
     untimed: dict[str, int] = field(default_factory=dict)  # per source, left for a resumed run
+    models_untimed: int = 0  # zoo settings short of their end-to-end timings (E2E_PASSES)
     noise_median: float | None = None
     status: str = "done"
     phases: dict[str, float] = field(default_factory=dict)
@@ -326,14 +327,41 @@ zoo took 271 s of a 10-minute profile, the re-timing kept back 58 s, and the sam
 (held-out zoo 12.2% MAPE, 65% within 10%); with this cap a profile sampled for 117 s and
 re-timed for 58 s (6.9%, 85%; benchmarks/RESULTS.md)."""
 E2E_MAX_TIME_S = 2.5  # per model and pass: most stop earlier, when their median is stable
+E2E_START_S = 1.0
+"""A setting's child process, imports and model build, before any is seen in a pass: 0.1-1.2 s for
+the zoo's torchvision models on the slow VM, 5-6 s for the transformers."""
 
 
-def second_pass_reserve(share_s: float, took_s: float, done: int, waiting: int) -> float:
+def least_setting_s(pace_s: float | None, start_s: float = E2E_START_S) -> float:
+    """The least an end-to-end timing of a setting takes whose forward pass took `pace_s` before:
+    start-up, warm-up and the fewest runs `time_forward` keeps (its time cap stops at
+    `timer.MIN_SAMPLES_UNDER_CAP`). 3 s for a setting never timed."""
+    from profilers.modelbench import FORWARD_MIN_RUNS, FORWARD_WARMUP
+    from profilers.timer import MIN_SAMPLES_UNDER_CAP
+
+    if pace_s is None:
+        return 3.0
+    return start_s + (FORWARD_WARMUP + min(FORWARD_MIN_RUNS, MIN_SAMPLES_UNDER_CAP)) * pace_s
+
+
+def fastest_forwards(db: KernelDB, device_id: str) -> dict[tuple[str, str], float]:
+    """(spec, settings key) -> the fastest median forward pass of the device's e2e timings."""
+    fastest: dict[tuple[str, str], float] = {}
+    for m in db.model_measurements(device_id, kind="e2e"):
+        where = (zoo.locate(m.model), m.settings_key)
+        fastest[where] = min(m.median_s, fastest.get(where, m.median_s))
+    return fastest
+
+
+def second_pass_reserve(share_s: float, took_s: float, done: int, waiting_s: float,
+                        waiting: int) -> float:
     """Seconds to keep back for the second end-to-end pass: what the first left of the share,
     but at least `SECOND_PASS_MIN` of it (a first pass that used it all would leave no setting
-    its faster timing), and no more than the `waiting` settings take at the first pass's pace."""
-    pace_s = took_s / done if done else 3.0
-    return min(waiting * pace_s, max(share_s - took_s, SECOND_PASS_MIN * share_s))
+    its faster timing), and no more than the `waiting` settings take - at the first pass's pace,
+    or where it timed none (a resumed run), `waiting_s`: their least time at their earlier pace
+    (a flat 3 s each kept back 3 s for convnext_tiny at batch 8, which then never fit)."""
+    need_s = waiting * took_s / done if done else waiting_s
+    return min(need_s, max(share_s - took_s, SECOND_PASS_MIN * share_s))
 
 
 def measure_models(db: KernelDB, device_id: str, run_id: str, settings: ProfileSettings,
@@ -343,25 +371,23 @@ def measure_models(db: KernelDB, device_id: str, run_id: str, settings: ProfileS
     this device, the least measured first (a case pass 1 had no time for comes before a second
     timing of another), within `share_s`; an interrupted profile's next run fills in the rest.
 
-    A setting timed before is skipped when the least it can take (its warm-up and minimum runs at
-    its earlier pace, plus the smallest start-up seen in this call) exceeds the time left: the
-    last setting of a 10-minute profile (convnext_tiny at batch 8, 13.5 s) started 4 s before
-    the deadline and ran 12 s past it."""
-    from profilers.modelbench import FORWARD_MIN_RUNS, FORWARD_WARMUP, time_forward_isolated
+    A setting is skipped when the least it can take (`least_setting_s`: at its earlier pace,
+    with the smallest start-up seen in this call, none before the first; 3 s if never timed) is
+    more than the time left. A 10-minute profile ended 12 s past its budget, its last setting
+    (convnext_tiny at batch 8: 1.2 s of start-up, then 2 warm-up and 3 timed forward passes of
+    2.5 s) began 1.5 s before the deadline; a 2-thread one 6 s past it, on resnet50 at batch 8
+    (never timed before, 7.4 s) began with 1.6 s left."""
+    from profilers.modelbench import FORWARD_WARMUP, time_forward_isolated
 
     pending = pending_models(db, device_id, settings, threads, below=pass_no)
-    earlier: dict[tuple[str, str], float] = {}  # a setting's fastest forward pass so far
-    for m in db.model_measurements(device_id, kind="e2e"):
-        where = (zoo.locate(m.model), m.settings_key)
-        earlier[where] = min(m.median_s, earlier.get(where, m.median_s))
+    earlier = fastest_forwards(db, device_id)
     stop_at = deadline.used() + share_s
-    done, setup_s = 0, 0.0
+    done, start_s = 0, None  # start_s: the smallest start-up seen so far
     for case, dtype, key in pending:
         if deadline.used() > stop_at or deadline.left() <= 0:
             break
-        forward_s = earlier.get((case.spec, settings_key(key)))
-        if (forward_s is not None and setup_s + (FORWARD_WARMUP + FORWARD_MIN_RUNS) * forward_s
-                > deadline.left()):
+        pace_s = earlier.get((case.spec, settings_key(key)))
+        if least_setting_s(pace_s, start_s or 0.0) > deadline.left():
             continue  # it cannot finish in the time left: a resumed profile times it
         if progress:
             progress(f"end-to-end {case.label} (pass {pass_no}/{E2E_PASSES})", deadline.fraction())
@@ -369,9 +395,9 @@ def measure_models(db: KernelDB, device_id: str, run_id: str, settings: ProfileS
         samples = time_forward_isolated(case.spec, list(case.inputs), threads=threads,
                                         dtype=dtype, device=settings.device,
                                         max_time_s=min(E2E_MAX_TIME_S, max(1.0, deadline.left() / 4)))
-        forwards_s = sum(samples) + FORWARD_WARMUP * float(np.median(samples)) if samples else 0.0
-        start_s = max(time.monotonic() - t - forwards_s, 0.0)  # a child process, the model built
-        setup_s = min(setup_s, start_s) if done else start_s
+        runs_s = sum(samples) + FORWARD_WARMUP * float(np.median(samples))
+        started_s = max(time.monotonic() - t - runs_s, 0.0)
+        start_s = started_s if start_s is None else min(start_s, started_s)
         db.add_model_measurement(device_id, case.spec, case.family, key, samples, run_id=run_id)
         done += 1
     return done
@@ -541,9 +567,13 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
                     progress=progress)
                 report.phases["models_s"] = took = time.monotonic() - t
                 if second_pass:
-                    waiting = len(pending_models(db, device_id, settings, fp.threads,
-                                                 below=E2E_PASSES))
-                    e2e_reserve_s = second_pass_reserve(share_s, took, done, waiting)
+                    waiting = pending_models(db, device_id, settings, fp.threads,
+                                             below=E2E_PASSES)
+                    earlier = fastest_forwards(db, device_id)
+                    waiting_s = sum(least_setting_s(earlier.get((c.spec, settings_key(k))))
+                                    for c, _, k in waiting)
+                    e2e_reserve_s = second_pass_reserve(share_s, took, done, waiting_s,
+                                                        len(waiting))
             deadline.keep_back(e2e_reserve_s)
             t = time.monotonic()
             report.measured_now += measure_configs(db, device_id, run_id, settings, deadline, flusher,
@@ -586,6 +616,9 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
     report.zoo_measured = zoo_keys[0]
     report.zoo_configs = zoo_keys[1]
     report.untimed = db.untimed(device_id)
+    if settings.e2e:
+        report.models_untimed = len(pending_models(
+            db, device_id, settings, fp.threads, below=E2E_PASSES if isolate.enabled() else 1))
     noises = [m.iqr_s / m.median_s for m in db.measured(device_id) if m.median_s > 0]
     report.noise_median = float(np.median(noises)) if noises else None
     return report

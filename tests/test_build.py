@@ -136,7 +136,7 @@ def test_zoo_models_are_timed_at_the_start_and_again_at_the_end(tmp_path, monkey
     with KernelDB.open(tmp_path / "k.db") as db:
         report = build.profile_device(db, settings)
         rows = db.model_measurements(report.device_id, kind="e2e")
-        assert report.models_measured_now == 4 and len(rows) == 4
+        assert report.models_measured_now == 4 and len(rows) == 4 and report.models_untimed == 0
         assert log[:3] == ["model 1x3x224x224", "model 1x3x160x160", "configs True"]
         assert log[-2:] == ["model 1x3x224x224", "model 1x3x160x160"]
         assert set(log[2:-2]) == {"configs True"}
@@ -172,9 +172,9 @@ def test_end_to_end_passes_go_round_the_models(tmp_path):
 
 def test_a_setting_that_cannot_finish_before_the_deadline_is_left_for_the_next_run(
         tmp_path, monkeypatch):
-    """The second pass skips a setting whose warm-up and minimum runs, at its first pass's pace,
-    take longer than the time left (a 10-minute profile ran 12 s over on convnext_tiny at batch
-    8), and still times the ones that fit after it."""
+    """A setting is skipped when its start-up, warm-up and fewest runs at its earlier pace take
+    longer than the time left (a 10-minute profile ran 12 s over on convnext_tiny at batch 8);
+    the ones after it that fit are still timed, and the skipped one waits for a resumed run."""
     from types import SimpleNamespace
 
     from kernels_db import build
@@ -183,26 +183,42 @@ def test_a_setting_that_cannot_finish_before_the_deadline_is_left_for_the_next_r
 
     clock = [0.0]
     monkeypatch.setattr(build, "time", SimpleNamespace(monotonic=lambda: clock[0]))
-    pace = {"1x3x224x224": 4.0, "1x3x160x160": 0.5}  # seconds a forward pass
+    pace = {"1x3x224x224": 0.5, "1x3x160x160": 4.0, "8x3x224x224": 0.6,
+            "8x3x160x160": 0.3}  # seconds a forward pass, in the order they are timed
 
     def fake_forward(spec, inputs, **kw):
-        runs = modelbench.FORWARD_WARMUP + modelbench.FORWARD_MIN_RUNS
-        clock[0] += 1.0 + runs * pace[inputs[0]]  # 1 s to start the child and build the model
-        return [pace[inputs[0]]] * modelbench.FORWARD_MIN_RUNS
+        clock[0] += 2.0 + 5 * pace[inputs[0]]  # start-up, 2 warm-up runs, 3 timed (time cap)
+        return [pace[inputs[0]]] * 3
 
     monkeypatch.setattr(modelbench, "time_forward_isolated", fake_forward)
-    settings = build.ProfileSettings(threads=1, models=("torchvision:squeezenet1_1",), batches=(1,))
+    settings = build.ProfileSettings(threads=1, models=("torchvision:squeezenet1_1",),
+                                     batches=(1, 8))
+
+    def timed_pass(db, pass_no, budget_s):
+        deadline = build._Deadline(budget_s)
+        done = build.measure_models(db, "d", None, settings, deadline, 1, share_s=budget_s,
+                                    pass_no=pass_no)
+        assert deadline.left() >= 0
+        return done, Counter(m.settings["inputs"][0]
+                             for m in db.model_measurements("d", kind="e2e"))
+
     with KernelDB.open(tmp_path / "k.db") as db:
         db.upsert_device({"t": 1}, device_id="d", kind="cpu", threads=1)
-        first = build.measure_models(db, "d", None, settings, build._Deadline(600), 1,
-                                     share_s=600)
-        assert first == 2
-        deadline = build._Deadline(20)  # 20 s left: 7 x 4 s cannot fit, 7 x 0.5 can
-        second = build.measure_models(db, "d", None, settings, deadline, 1, share_s=20,
-                                      pass_no=2)
-        assert second == 1 and deadline.left() > 0
-        timed = Counter(m.settings["inputs"][0] for m in db.model_measurements("d", kind="e2e"))
-    assert timed == {"1x3x224x224": 1, "1x3x160x160": 2}
+        assert timed_pass(db, 1, 600)[0] == 4
+        # 15 s: 1x224 takes 4.5; 1x160 needs 2 + 5 x 4 s > 10.5 left; 8x224 (5 s) and 8x160
+        # (3.5 s) fit after it
+        assert timed_pass(db, 2, 15) == (3, {"1x3x224x224": 2, "1x3x160x160": 1,
+                                             "8x3x224x224": 2, "8x3x160x160": 2})
+        waiting = build.pending_models(db, "d", settings, 1, below=2)
+        assert [key["inputs"] for _, _, key in waiting] == [["1x3x160x160"]]
+        # 8.5 s: 1x160 skipped again, 1x224 timed (4.5 s); 8x224's 3 s of forward passes would
+        # fit the 4 s left, but not with the 2 s start-up 1x224 showed; 8x160 (3.5 s) does
+        assert timed_pass(db, 3, 8.5) == (2, {"1x3x224x224": 3, "1x3x160x160": 1,
+                                              "8x3x224x224": 2, "8x3x160x160": 3})
+        db.upsert_device({"t": 2}, device_id="new", kind="cpu", threads=1)
+        never_timed = build.measure_models(db, "new", None, settings, build._Deadline(2.9), 1,
+                                           share_s=2.9)
+        assert never_timed == 0  # under least_setting_s(None) = 3 s left: nothing started
 
 
 def test_settings_timed_in_a_moved_checkout_are_not_timed_again(tmp_path):
@@ -225,11 +241,20 @@ def test_second_pass_keeps_what_the_first_left_and_never_nothing():
     from kernels_db.build import SECOND_PASS_MIN, second_pass_reserve
 
     # first pass done in 40 s of a 100 s share, 20 settings at 2 s each: 30 waiting take 60 s
-    assert second_pass_reserve(100, 40, 20, 30) == pytest.approx(60)
-    assert second_pass_reserve(100, 40, 20, 10) == pytest.approx(20)  # no more than needed
+    assert second_pass_reserve(100, 40, 20, 999, 30) == pytest.approx(60)
+    assert second_pass_reserve(100, 40, 20, 999, 10) == pytest.approx(20)  # no more than needed
     # the first pass used the whole share (and overran it): the second still gets its minimum
-    assert second_pass_reserve(100, 104, 52, 59) == pytest.approx(SECOND_PASS_MIN * 100)
-    assert second_pass_reserve(100, 104, 52, 0) == 0  # nothing waiting
+    assert second_pass_reserve(100, 104, 52, 999, 59) == pytest.approx(SECOND_PASS_MIN * 100)
+    assert second_pass_reserve(100, 104, 52, 0, 0) == 0  # nothing waiting
+    # a resumed run whose first pass had nothing to time: what the waiting settings need
+    assert second_pass_reserve(100, 0, 0, 13.5, 1) == pytest.approx(13.5)
+
+
+def test_the_least_a_setting_takes_is_its_start_up_warm_up_and_fewest_runs():
+    from kernels_db.build import least_setting_s
+
+    assert least_setting_s(2.5, start_s=1.2) == pytest.approx(1.2 + 5 * 2.5)  # 2 warm-up + 3
+    assert least_setting_s(None) == 3.0  # never timed
 
 
 def test_a_budget_the_zoo_fills_reports_what_is_left(tmp_path, monkeypatch):
@@ -257,6 +282,18 @@ def test_a_budget_the_zoo_fills_reports_what_is_left(tmp_path, monkeypatch):
     assert report.zoo_configs > 40 and timed["zoo"] == report.zoo_measured == report.measured_now
     assert report.untimed == {source: planned[source] - timed[source] for source in planned}
     assert report.untimed["random"] == planned["random"] > 0
+
+
+def test_the_untimed_line_names_op_configs_and_model_settings_left():
+    from hwlat.commands.profile import untimed_line
+    from kernels_db.build import ProfileReport
+
+    report = ProfileReport("d", "r", untimed={"zoo": 3, "random": 40}, models_untimed=2)
+    line = untimed_line(report)
+    assert line.startswith("43 planned op configs (40 random, 3 zoo) and 2 end-to-end model "
+                           "settings are not timed yet;") and "hwlat profile` again" in line
+    assert untimed_line(replace(report, untimed={})).startswith("2 end-to-end model settings")
+    assert untimed_line(replace(report, untimed={}, models_untimed=0)) is None
 
 
 def _profile_on_a_fake_clock(tmp_path, monkeypatch, budget_s: float, zoo_share: float):

@@ -61,10 +61,16 @@ def profile(ctx, device, threads, budget, name, dtypes, models, added, batches, 
 
 
 def untimed_line(report) -> str | None:
-    """What the budget left untimed, per source, and how to finish it; None when nothing is."""
+    """What the budget left untimed (op configs per source, end-to-end model timings) and how to
+    finish it; None when nothing is."""
     left = sum(report.untimed.values())
-    if not left:
+    parts = []
+    if left:
+        per_source = ", ".join(f"{n} {source}" for source, n in sorted(report.untimed.items()))
+        parts.append(f"{left} planned op configs ({per_source})")
+    if report.models_untimed:
+        parts.append(f"{report.models_untimed} end-to-end model settings")
+    if not parts:
         return None
-    parts = ", ".join(f"{n} {source}" for source, n in sorted(report.untimed.items()))
-    return (f"{left} planned op configs are not timed yet ({parts}); run `hwlat profile` again "
-            "to time them (it continues where this run stopped)")
+    return (f"{' and '.join(parts)} are not timed yet; run `hwlat profile` again to time them "
+            "(it continues where this run stopped)")
