@@ -78,7 +78,7 @@ class ModelRow:
     traffic_s: float = 0.0  # bytes moved by the timed ops / the device's copy bandwidth
     weights_s: float = 0.0  # weight bytes re-read from DRAM each pass / the copy bandwidth
     dtype: str = "float32"
-    large_traffic_s: float = 0.0  # the part of traffic_s moved by ops over timer.flush_bytes
+    large_traffic_s: float = 0.0  # traffic of ops over timer.flush_bytes (Predictor._large_traffic_s)
 
     @property
     def terms(self) -> tuple[float, float, float, float, float]:

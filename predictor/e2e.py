@@ -337,12 +337,14 @@ class Predictor:
         """Bytes moved by the ops over the timing's cache flush, at the copy bandwidth (the
         large-op traffic term, correction.py) - less the weights of ops larger than the LLC:
         timed alone, those stream their weights from DRAM already, and inside a model they do
-        no worse. Counted whole, alexnet's 151 MB classifier weights put 15 ms of traffic on
-        top of a linear measured at DRAM speed, and batch 1 came out at +34% and +54%."""
+        no worse. Counted whole, alexnet's 151 MB fc6 weights put 15 ms of traffic on top of a
+        linear measured at DRAM speed, and batch 1 came out at +34% and +54%. Gathers (the data
+        family) keep all their bytes: they read a few rows of their table, not all of it."""
         nbytes = 0.0
-        for (r, _), b in zip(timed, op_bytes, strict=True):
+        for (r, e), b in zip(timed, op_bytes, strict=True):
             if b > self._large_op_bytes:
-                nbytes += max(b - r.weight_bytes, 0.0) if b > self._llc_bytes else b
+                streams_weights = b > self._llc_bytes and e.family != "data"
+                nbytes += max(b - r.weight_bytes, 0.0) if streams_weights else b
         return nbytes / self._bytes_per_s
 
     # ---------------------------------------------------------------------------- assembling
