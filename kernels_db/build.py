@@ -330,17 +330,18 @@ E2E_MAX_TIME_S = 2.5  # per model and pass: most stop earlier, when their median
 E2E_START_S = 1.0
 """A setting's child process, imports and model build, before any is seen in a pass: 0.1-1.2 s for
 the zoo's torchvision models on the slow VM, 5-6 s for the transformers."""
+E2E_UNTIMED_S = 3.0  # what a setting never timed is taken to need (the cap of 2.5 s, start-up)
 
 
 def least_setting_s(pace_s: float | None, start_s: float = E2E_START_S) -> float:
     """The least an end-to-end timing of a setting takes whose forward pass took `pace_s` before:
     start-up, warm-up and the fewest runs `time_forward` keeps (its time cap stops at
-    `timer.MIN_SAMPLES_UNDER_CAP`). 3 s for a setting never timed."""
+    `timer.MIN_SAMPLES_UNDER_CAP`). `E2E_UNTIMED_S` for a setting never timed."""
     from profilers.modelbench import FORWARD_MIN_RUNS, FORWARD_WARMUP
     from profilers.timer import MIN_SAMPLES_UNDER_CAP
 
     if pace_s is None:
-        return 3.0
+        return E2E_UNTIMED_S
     return start_s + (FORWARD_WARMUP + min(FORWARD_MIN_RUNS, MIN_SAMPLES_UNDER_CAP)) * pace_s
 
 
@@ -534,6 +535,7 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
                      name=settings.name)
     settings = _with_earlier_added(db, device_id, settings)
     report = ProfileReport(device_id=device_id, run_id="")
+    second_pass = settings.e2e and isolate.enabled()
     with thread_count(fp.threads):
         if db.get_device(device_id).peaks is None:
             if progress:
@@ -557,7 +559,6 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
             report.phases["plan_s"] = time.monotonic() - t
             flusher = CacheFlusher(flush_bytes(fp.kind, fp.threads, fp.l2_bytes),
                                    settings.device)
-            second_pass = settings.e2e and isolate.enabled()
             e2e_reserve_s = 0.0
             if settings.e2e:
                 share_s = max(10.0, E2E_SHARE * deadline.left())
@@ -618,7 +619,7 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
     report.untimed = db.untimed(device_id)
     if settings.e2e:
         report.models_untimed = len(pending_models(
-            db, device_id, settings, fp.threads, below=E2E_PASSES if isolate.enabled() else 1))
+            db, device_id, settings, fp.threads, below=E2E_PASSES if second_pass else 1))
     noises = [m.iqr_s / m.median_s for m in db.measured(device_id) if m.median_s > 0]
     report.noise_median = float(np.median(noises)) if noises else None
     return report
