@@ -56,6 +56,8 @@ class ProfileReport:
     zoo_measured: int = 0
     untimed: dict[str, int] = field(default_factory=dict)  # per source, left for a resumed run
     models_untimed: int = 0  # zoo settings short of their end-to-end timings (E2E_PASSES)
+    models_contended_now: int = 0  # of the run's end-to-end timings, taken beside other work
+    others_cores_max: float | None = None  # the most cores other processes took in one of them
     noise_median: float | None = None
     status: str = "done"
     phases: dict[str, float] = field(default_factory=dict)
@@ -393,13 +395,15 @@ def measure_models(db: KernelDB, device_id: str, run_id: str, settings: ProfileS
         if progress:
             progress(f"end-to-end {case.label} (pass {pass_no}/{E2E_PASSES})", deadline.fraction())
         t = time.monotonic()
-        samples = time_forward_isolated(case.spec, list(case.inputs), threads=threads,
-                                        dtype=dtype, device=settings.device,
-                                        max_time_s=min(E2E_MAX_TIME_S, max(1.0, deadline.left() / 4)))
-        runs_s = sum(samples) + FORWARD_WARMUP * float(np.median(samples))
+        m = time_forward_isolated(case.spec, list(case.inputs), threads=threads, dtype=dtype,
+                                  device=settings.device,
+                                  max_time_s=min(E2E_MAX_TIME_S, max(1.0, deadline.left() / 4)))
+        runs_s = sum(m.samples_s) + FORWARD_WARMUP * m.median_s
         started_s = max(time.monotonic() - t - runs_s, 0.0)
         start_s = started_s if start_s is None else min(start_s, started_s)
-        db.add_model_measurement(device_id, case.spec, case.family, key, samples, run_id=run_id)
+        use = {"others_cores": m.others_cores, "cpus": m.cpus} if m.cpus else None
+        db.add_model_measurement(device_id, case.spec, case.family, key, m.samples_s,
+                                 run_id=run_id, stats=use)
         done += 1
     return done
 
@@ -407,9 +411,11 @@ def measure_models(db: KernelDB, device_id: str, run_id: str, settings: ProfileS
 def pending_models(db: KernelDB, device_id: str, settings: ProfileSettings, threads: int, *,
                    below: int) -> list[tuple[zoo.ModelCase, str, dict]]:
     """(case, dtype, settings) of the zoo cases with fewer than `below` end-to-end measurements,
-    the least measured first, then round the models (see E2E_PASSES; zoo order within a round)."""
+    the least measured first, then round the models (see E2E_PASSES; zoo order within a round).
+    A timing taken while other processes shared the cores does not count (`contended`): the
+    second pass, or the next profile, times its setting again before any other."""
     have = Counter((zoo.locate(m.model), m.settings_key)
-                   for m in db.model_measurements(device_id, kind="e2e"))
+                   for m in db.model_measurements(device_id, kind="e2e") if not m.contended)
     out = []
     nth_of_model: Counter = Counter()
     for case in _zoo_cases(settings):
@@ -617,6 +623,9 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
     report.zoo_measured = zoo_keys[0]
     report.zoo_configs = zoo_keys[1]
     report.untimed = db.untimed(device_id)
+    mine = [m for m in db.model_measurements(device_id, kind="e2e") if m.run_id == run_id]
+    report.models_contended_now = sum(m.contended for m in mine)
+    report.others_cores_max = max((m.stats["others_cores"] for m in mine if m.stats), default=None)
     if settings.e2e:
         report.models_untimed = len(pending_models(
             db, device_id, settings, fp.threads, below=E2E_PASSES if second_pass else 1))

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from kernels_db import schema
+from profilers.contention import contended
 from profilers.errors import DatabaseError, DeviceError
 
 BUSY_TIMEOUT_S = 30.0
@@ -164,6 +165,13 @@ class ModelMeasurement:
     def settings_key(self) -> str:
         """What makes two model timings comparable: inputs, dtype, threads, device."""
         return settings_key(self.settings)
+
+    @property
+    def contended(self) -> bool:
+        """Timed while other processes shared its threads' cores (profilers.contention); False
+        for timings that carry no reading."""
+        use = self.stats or {}
+        return contended(use.get("others_cores"), self.settings.get("threads"), use.get("cpus"))
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -36,8 +36,8 @@ SOURCES = ("measured", "interpolated", "model", "free", "fallback")
 CORRECTION_CACHE = "e2e_fit"
 # per_family entries that are correction terms, not op families
 CORRECTION_TERMS = ("op_overhead", "memory_traffic", "weight_reload", "large_op_traffic")
-CORRECTION_VERSION = 11  # bump when ModelRow or the correction formula changes (11: the
-# large-op traffic leaves out the weights of ops over the LLC)
+CORRECTION_VERSION = 12  # bump when ModelRow or the correction formula changes (11: the
+# large-op traffic leaves out the weights of ops over the LLC; 12: contended timings left out)
 ProgressFn = Callable[[str], None]
 
 
@@ -112,6 +112,8 @@ class Predictor:
                                                  caches.get("l2")))
         self._cache: dict[str, OpEstimate] = {}
         self.skipped_settings: list[str] = []  # end-to-end settings `model_rows` could not capture
+        self.contended_settings = 0  # ... timed only beside other work (`e2e_passes`)
+        self.contended_in_fit = False  # ... and fitted on all the same: they were too many
 
     @classmethod
     def for_device(cls, db: KernelDB, device: str, *, cache_dir: str | None = None,
@@ -132,11 +134,20 @@ class Predictor:
     # -------------------------------------------------------------------------- correction
 
     def e2e_passes(self, db: KernelDB) -> dict[tuple[str, str], list]:
-        """The device's 'e2e' model measurements by setting (the profile times each twice)."""
+        """The device's 'e2e' model measurements by setting (the profile times each twice),
+        without those timed beside other work (`ModelMeasurement.contended`) where the setting
+        has another; a setting with only such timings is left out while the others are at least
+        half of all (`self.contended_settings` counts them)."""
         passes: dict[tuple[str, str], list] = {}
         for m in db.model_measurements(self.device.id, kind="e2e"):  # by where the model is now
             passes.setdefault((zoo.locate(m.model), m.settings_key), []).append(m)
-        return passes
+        quiet = {where: [m for m in group if not m.contended] for where, group in passes.items()}
+        spoilt = [where for where, group in quiet.items() if not group]
+        self.contended_settings = len(spoilt)
+        self.contended_in_fit = 2 * len(spoilt) > len(passes)
+        if self.contended_in_fit:  # better timings beside other work than too few to fit
+            return {where: quiet[where] or group for where, group in passes.items()}
+        return {where: group for where, group in quiet.items() if group}
 
     def model_rows(self, db: KernelDB, progress: ProgressFn | None = None,
                    passes: dict[tuple[str, str], list] | None = None) -> list[ModelRow]:
@@ -181,6 +192,11 @@ class Predictor:
         if self.skipped_settings:
             note += (f"; {len(self.skipped_settings)} measured settings could not be captured "
                      f"here and are left out, e.g. {self.skipped_settings[0]}")
+        if self.contended_settings:
+            note += (f"; {self.contended_settings} settings were timed only while other processes "
+                     "shared the CPU cores, and are "
+                     + ("in the fit (too few others)" if self.contended_in_fit else "left out")
+                     + "; `hwlat profile` times them again")
         correction = replace(fitted, repeat_spread=spread, note=note)
         self.models.write_extra(CORRECTION_CACHE, {
             "version": CORRECTION_VERSION, "correction": correction.to_json(),

@@ -41,8 +41,10 @@ from profilers.capture import capture_spec
 from profilers.errors import NotFittedError
 from profilers.specs import parse_input_spec
 from profilers.stats import spearman
+from profilers.timer import Measurement
 
-MeasureFn = Callable[[str, Sequence[str], int, int, int | None, str, str], list[float]]
+# (spec, inputs, runs, warmup, threads, device kind, dtype) -> its timing
+MeasureFn = Callable[[str, Sequence[str], int, int, int | None, str, str], Measurement]
 # (spec, inputs, threads, device kind, dtype) -> share of subnormal values in one forward pass
 SubnormalFn = Callable[[str, Sequence[str], int | None, str, str], float]
 # a share above this gets a note; not calibrated: the models flagged on the dev VM had 0.6-4.5%
@@ -91,7 +93,7 @@ def _subnormal_note(row: EvalRow) -> str | None:
 
 def time_model(spec: str, inputs: Sequence[str], runs: int = 30, warmup: int = 5,
                threads: int | None = None, device: str = "cpu",
-               dtype: str = "float32") -> list[float]:
+               dtype: str = "float32") -> Measurement:
     """Seconds per forward pass: at least `runs` timed calls after `warmup`, with the same
     harness as the profile's end-to-end measurements (the correction is fitted on those), each
     model in a fresh child process like them."""
@@ -157,8 +159,8 @@ def _time_references(rows: Sequence, measure_fn: MeasureFn, runs: int, warmup: i
     for r in rows:
         if progress:
             progress(f"re-timing reference {r.spec} {','.join(r.inputs)}")
-        now = statistics.median(measure_fn(zoo.locate(r.spec), list(r.inputs), runs, warmup,
-                                           threads, kind, r.dtype))
+        now = measure_fn(zoo.locate(r.spec), list(r.inputs), runs, warmup, threads, kind,
+                         r.dtype).median_s
         out.append({"spec": r.spec, "inputs": list(r.inputs), "then_ms": r.measured_s * 1e3,
                     "now_ms": now * 1e3})
     return out
@@ -198,6 +200,8 @@ class EvalRow:
     predicted_profile_ms: float | None = None  # before the session anchor (None: not anchored)
     measured_rounds_ms: list[float] = field(default_factory=list)  # the median of each round
     subnormal_share: float | None = None  # of the values its forward computes (None: unchecked)
+    contended_rounds: list[int] = field(default_factory=list)  # rounds timed beside other work
+    others_cores_max: float | None = None  # the most cores other processes took in a round
 
     @property
     def round_spread_pct(self) -> float | None:
@@ -317,6 +321,7 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     before = _time_references(refs, measure_fn, runs, warmup, dev.threads, dev.kind, progress)
     rounds = max(1, min(rounds, runs))
     round_ms: list[list[float]] = [[] for _ in cases]
+    timings: list[list[Measurement]] = [[] for _ in cases]
     for r in range(rounds):  # round-robin: a slow spell of the machine hits every model a bit
         for i, (case, cap) in enumerate(zip(cases, captured, strict=True)):
             if progress:
@@ -324,10 +329,13 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
                          + (f" (round {r + 1}/{rounds})" if rounds > 1 else ""))
             got = measure_fn(case.spec, [str(i) for i in cap.inputs], -(-runs // rounds), warmup,
                              dev.threads, dev.kind, case.dtype)
-            round_ms[i].append(statistics.median(got) * 1e3)
+            round_ms[i].append(got.median_s * 1e3)
+            timings[i].append(got)
     # each round counts once: a round that ran into a slow spell is noisy, takes more samples
-    # before its median is stable, and would dominate a median over all samples
-    measured_ms = [statistics.median(r) for r in round_ms]
+    # before its median is stable, and would dominate a median over all samples; a round timed
+    # beside other work (profilers.contention) is left out where another was not
+    measured_ms = [statistics.median([ms for ms, t in zip(r, ts, strict=True) if not t.contended]
+                                     or r) for r, ts in zip(round_ms, timings, strict=True)]
     after = _time_references(refs, measure_fn, runs, warmup, dev.threads, dev.kind, progress)
     drift = _drift(_faster_of(before, after))
     subnormal: list[float | None] = [None] * len(cases)
@@ -346,8 +354,8 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
                      f"{DRIFT_MAX_S * 1e3:.0f} ms on this device: predictions not re-anchored")
     k = drift.ratio if drift else 1.0
     rows = []
-    for case, cap, measured, rounds_ms, sub in zip(cases, captured, measured_ms, round_ms,
-                                                   subnormal, strict=True):
+    for case, cap, measured, rounds_ms, ts, sub in zip(cases, captured, measured_ms, round_ms,
+                                                       timings, subnormal, strict=True):
         pred = predictor.predict_captured(cap)
         rows.append(EvalRow(
             spec=case.spec, family=case.family or cap.family, inputs=pred.inputs,
@@ -360,9 +368,28 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
                               if roof_base else None),
             measured_share=pred.measured_share,
             unmodelled_share=sum(u["share"] for u in pred.unmodelled), dtype=case.dtype,
-            predicted_profile_ms=pred.p50_ms if drift else None, subnormal_share=sub))
+            predicted_profile_ms=pred.p50_ms if drift else None, subnormal_share=sub,
+            contended_rounds=[k for k, t in enumerate(ts) if t.contended],
+            others_cores_max=max((t.others_cores for t in ts if t.others_cores is not None),
+                                 default=None)))
     notes += [n for n in map(_subnormal_note, rows) if n]
+    if line := contended_note(rows):
+        notes.append(line)
     return _report(dev.id, rows, runs, notes, "session" if drift else "profile", drift)
+
+
+def contended_note(rows: Sequence[EvalRow]) -> str | None:
+    """What other processes did to the measurements, if anything (profilers.contention)."""
+    hit = [r for r in rows if r.contended_rounds]
+    if not hit:
+        return None
+    spoilt = [r for r in hit if len(r.contended_rounds) == len(r.measured_rounds_ms)]
+    most = max(r.others_cores_max for r in hit)
+    return (f"{len(hit)} of {len(rows)} models had a round timed while other processes kept up to "
+            f"{most:.1f} cores busy; their measurement leaves it out"
+            + (f", except {len(spoilt)} with no quiet round, whose measured time includes it "
+               f"(e.g. {spoilt[0].spec} {','.join(spoilt[0].inputs)})" if spoilt else "")
+            + ": run `hwlat evaluate` on an idle machine for a clean ground truth")
 
 
 def _report(device: str, rows: list[EvalRow], runs: int, notes: list[str],

@@ -16,7 +16,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,6 +29,9 @@ from profilers.stats import (
     insufficient_note,
     plot_distributions,
 )
+
+if TYPE_CHECKING:
+    from profilers.timer import Measurement
 
 STAGES = ("preprocess", "h2d", "forward", "d2h", "postprocess", "total")
 
@@ -354,15 +357,20 @@ FORWARD_WARMUP = 2
 def time_forward(spec: str, inputs: list[str] | None = None, *, batch: int | None = None,
                  dtype: str = "float32", device: str = "cpu", min_runs: int = FORWARD_MIN_RUNS,
                  warmup: int = FORWARD_WARMUP, max_time_s: float = 3.0,
-                 threads: int | None = None) -> list[float]:
+                 threads: int | None = None) -> Measurement:
     """Raw end-to-end forward latencies (seconds) of a model spec, as deployed (inference mode),
-    in this process (`threads`: torch's intra-op threads, None leaves them as they are).
+    in this process (`threads`: torch's intra-op threads, None leaves them as they are), with
+    other processes' CPU use meanwhile.
 
-    No cache flush: a model's ops already evict each other, which is what it measures.
+    No cache flush: a model's ops already evict each other, which is what it measures. The
+    contention reading spans the model's build too: a small model's timing alone can be shorter
+    than the 10 ms ticks of the kernel's accounting can tell (`contention.MIN_WINDOW_S`).
     """
+    from profilers import contention
     from profilers.clocks import clock_for
     from profilers.timer import measure, thread_count
 
+    meter = contention.Meter()
     with thread_count(threads):
         model, args = prepare(spec, inputs, batch=batch, dtype=dtype, device=device)
 
@@ -373,11 +381,12 @@ def time_forward(spec: str, inputs: list[str] | None = None, *, batch: int | Non
         m = measure(forward, clock=clock_for(device), warmup=warmup, min_reps=min_runs,
                     max_reps=max(min_runs, 200), max_time_s=max_time_s, rel_tol=0.01,
                     device=device.split(":")[0], label=spec)
-    return list(m.samples_s)
+    use = meter.stop()
+    return dataclasses.replace(m, others_cores=use.others_cores, cpus=use.cpus) if use else m
 
 
 def time_forward_isolated(spec: str, inputs: list[str] | None = None, *,
-                          threads: int | None = None, **kw: Any) -> list[float]:
+                          threads: int | None = None, **kw: Any) -> Measurement:
     """`time_forward` in a fresh child process (profilers.isolate: why), at `threads` threads
     (None: this process's current count)."""
     return _in_child(time_forward, spec, inputs, threads, **kw)

@@ -22,7 +22,7 @@ from functools import cached_property
 
 import torch
 
-from profilers import allocator
+from profilers import allocator, contention
 from profilers.clocks import Clock, clock_for, parse_device
 
 NOISE_THRESHOLD = 0.10  # IQR/median above this marks a measurement as noisy
@@ -45,6 +45,13 @@ class Measurement:
     device: str
     stopped_by: str
     label: str = ""
+    others_cores: float | None = None  # cores other processes kept busy meanwhile (contention)
+    cpus: int | None = None  # ... of how many; both None where unknown
+
+    @property
+    def contended(self) -> bool:
+        """Other processes shared our threads' cores while this was timed (profilers.contention)."""
+        return contention.contended(self.others_cores, self.threads, self.cpus)
 
     def __post_init__(self) -> None:
         if not self.samples_s:
@@ -111,6 +118,7 @@ class Measurement:
             device=self.device,
             stopped_by=other.stopped_by,
             label=self.label or other.label,
+            **_busier(self, other),
         )
 
     def to_json(self) -> dict:
@@ -128,7 +136,16 @@ class Measurement:
             device=str(d["device"]),
             stopped_by=str(d["stopped_by"]),
             label=str(d.get("label", "")),
+            others_cores=d.get("others_cores"),
+            cpus=d.get("cpus"),
         )
+
+
+def _busier(a: Measurement, b: Measurement) -> dict:
+    """The contention reading of whichever of two measurements saw more of it (None: unknown)."""
+    known = [m for m in (a, b) if m.others_cores is not None]
+    m = max(known, key=lambda m: m.others_cores, default=None)
+    return {"others_cores": m.others_cores, "cpus": m.cpus} if m else {}
 
 
 def _quantile(sorted_values: tuple[float, ...], q: float) -> float:

@@ -123,7 +123,7 @@ def test_zoo_models_are_timed_at_the_start_and_again_at_the_end(tmp_path, monkey
 
     def fake_forward(spec, inputs, **kw):
         log.append(f"model {inputs[0]}")
-        return [0.01 + 0.001 * len(log)] * 5
+        return forward_timing([0.01 + 0.001 * len(log)] * 5)
 
     def fake_configs(db, device_id, run_id, settings, deadline, *args, **kw):
         log.append(f"configs {deadline.reserved_s > 0}")
@@ -148,6 +148,44 @@ def test_zoo_models_are_timed_at_the_start_and_again_at_the_end(tmp_path, monkey
         report = build.profile_device(db, settings)
     assert report.models_measured_now == 2
     assert [e.split()[0] for e in log] == ["model", "model"] + ["configs"] * (len(log) - 2)
+
+
+def forward_timing(samples, threads=1, **kw):
+    """What `time_forward_isolated` returns: a Measurement (kw: others_cores, cpus)."""
+    from profilers.timer import Measurement
+
+    return Measurement(samples_s=tuple(samples), warmup=2, threads=threads, flushed=False,
+                       device="cpu", stopped_by="stable", **kw)
+
+
+def test_a_timing_beside_other_work_does_not_count_and_is_timed_again_first(tmp_path,
+                                                                           monkeypatch):
+    """A setting timed while other processes shared the cores (profilers.contention) stays
+    pending: the second pass times it before the others, and the report says how many."""
+    from kernels_db import build
+    from kernels_db.store import KernelDB
+    from profilers import isolate, modelbench
+
+    monkeypatch.setattr(isolate, "enabled", lambda: True)
+    log: list[str] = []
+
+    def fake_forward(spec, inputs, **kw):
+        log.append(inputs[0])
+        busy = 1.6 if len(log) == 2 else 0.02  # a neighbour on the free core and on ours
+        return forward_timing([0.01] * 5, others_cores=busy, cpus=2)
+
+    monkeypatch.setattr(modelbench, "time_forward_isolated", fake_forward)
+    monkeypatch.setattr(build, "measure_configs", lambda *a, **kw: 0)
+    settings = build.ProfileSettings(threads=1, budget_s=600, models=("torchvision:squeezenet1_1",),
+                                     batches=(1,), random_per_family=1)
+    with KernelDB.open(tmp_path / "k.db") as db:
+        report = build.profile_device(db, settings)
+        rows = db.model_measurements(report.device_id, kind="e2e")
+    assert log == ["1x3x224x224", "1x3x160x160", "1x3x160x160", "1x3x224x224"]
+    assert [r.contended for r in rows] == [False, True, False, False]
+    assert rows[1].stats == {"others_cores": 1.6, "cpus": 2}
+    assert report.models_contended_now == 1 and report.others_cores_max == 1.6
+    assert report.models_untimed == 1  # the 160 px setting has one timing that counts
 
 
 def test_end_to_end_passes_go_round_the_models(tmp_path):
@@ -188,7 +226,7 @@ def test_a_setting_that_cannot_finish_before_the_deadline_is_left_for_the_next_r
 
     def fake_forward(spec, inputs, **kw):
         clock[0] += 2.0 + 5 * pace[inputs[0]]  # start-up, 2 warm-up runs, 3 timed (time cap)
-        return [pace[inputs[0]]] * 3
+        return forward_timing([pace[inputs[0]]] * 3)
 
     monkeypatch.setattr(modelbench, "time_forward_isolated", fake_forward)
     settings = build.ProfileSettings(threads=1, models=("torchvision:squeezenet1_1",),
@@ -294,6 +332,19 @@ def test_the_untimed_line_names_op_configs_and_model_settings_left():
                            "settings are not timed yet;") and "hwlat profile` again" in line
     assert untimed_line(replace(report, untimed={})).startswith("2 end-to-end model settings")
     assert untimed_line(replace(report, untimed={}, models_untimed=0)) is None
+
+
+def test_the_contended_line_counts_timings_beside_other_work_and_says_what_to_do():
+    from hwlat.commands.profile import contended_line
+    from kernels_db.build import ProfileReport
+
+    report = ProfileReport("d", "r", models_measured_now=40, models_contended_now=7,
+                           others_cores_max=1.34)
+    assert contended_line(report) == (
+        "7 of 40 end-to-end model timings ran while other processes kept up to 1.3 cores busy; "
+        "they do not count, and the next `hwlat profile` times those models again: run it on "
+        "an idle machine")
+    assert contended_line(replace(report, models_contended_now=0)) is None
 
 
 def _profile_on_a_fake_clock(tmp_path, monkeypatch, budget_s: float, zoo_share: float):
@@ -415,7 +466,7 @@ def test_added_models_are_profiled_as_part_of_the_zoo(tmp_path, monkeypatch):
     monkeypatch.setattr(isolate, "enabled", lambda: True)  # two passes, whatever HWLAT_ISOLATE says
     timed: list[str] = []
     monkeypatch.setattr(modelbench, "time_forward_isolated",
-                        lambda spec, inputs, **kw: timed.append(spec) or [0.01] * 5)
+                        lambda spec, inputs, **kw: timed.append(spec) or forward_timing([0.01] * 5))
     monkeypatch.setattr(build, "measure_configs", lambda *a, **kw: 0)
     added = "torchvision:shufflenet_v2_x0_5"
     settings = build.ProfileSettings(threads=1, budget_s=600, models=("torchvision:squeezenet1_1",),

@@ -164,3 +164,26 @@ def test_cuda_splits_copies_from_forward():
     assert list(result.stages) == ["h2d", "forward", "d2h", "total"]
     assert all(s.n == 20 for s in result.stages.values())
     assert result.telemetry_before is not None
+
+
+def test_time_forward_carries_other_processes_cpu_use_over_the_build_and_the_runs(monkeypatch):
+    from profilers import contention, modelbench
+
+    spans: list[str] = []
+
+    class FakeMeter:
+        def __init__(self):
+            spans.append("start")
+
+        def stop(self):
+            spans.append("stop")
+            return contention.CpuUse(others_cores=0.4, cpus=2, window_s=1.0)
+
+    real_prepare = modelbench.prepare
+    monkeypatch.setattr(contention, "Meter", FakeMeter)
+    monkeypatch.setattr(modelbench, "prepare",
+                        lambda *a, **kw: spans.append("build") or real_prepare(*a, **kw))
+    m = modelbench.time_forward("torchvision:squeezenet1_1", ["1x3x32x32"], min_runs=3,
+                                threads=2, max_time_s=0.5)
+    assert spans == ["start", "build", "stop"] and m.n >= 3
+    assert (m.others_cores, m.cpus, m.threads) == (0.4, 2, 2) and m.contended

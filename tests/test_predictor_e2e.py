@@ -330,6 +330,48 @@ def test_a_setting_timed_in_two_passes_is_one_row_at_the_faster(tmp_path, db_pat
     assert predictor.correction.n_models == 2
 
 
+BUSY = {"others_cores": 1.5, "cpus": 2}  # at 1 thread: others on the free core and on ours
+
+
+def test_timings_beside_other_work_are_left_out_of_the_fit_while_enough_others_remain(tmp_path,
+                                                                                     db_path):
+    with KernelDB.open(db_path) as src, KernelDB.open(tmp_path / "k.db") as db:
+        db.upsert_device({"t": 1}, device_id="dev1", kind="cpu", threads=1, peaks=PEAKS)
+        add_measured(db, [OpRecord.from_json(m.record) for m in src.configs("dev1")])
+        settings = {"inputs": SMALL_INPUT, "batch": 1, "dtype": "float32", "threads": 1,
+                    "device": "cpu"}
+        db.add_model_measurement("dev1", "torchvision:resnet18", "resnet", settings,
+                                 [0.008] * 5, stats=BUSY)  # faster, but beside other work
+        db.add_model_measurement("dev1", "torchvision:resnet18", "resnet", settings, [0.010] * 5,
+                                 stats={"others_cores": 0.02, "cpus": 2})
+        db.add_model_measurement("dev1", "torchvision:squeezenet1_1", "squeezenet", settings,
+                                 [0.005] * 5)
+        db.add_model_measurement("dev1", "torchvision:squeezenet1_1", "squeezenet",
+                                 {**settings, "inputs": ["1x3x96x96"]}, [0.009] * 5, stats=BUSY)
+        predictor = Predictor.for_device(db, "dev1", cache_dir=tmp_path / "c")
+    rows = predictor.cached_model_rows()
+    assert [(r.spec, r.inputs, round(r.measured_s, 6)) for r in rows] == [
+        ("torchvision:resnet18", tuple(SMALL_INPUT), 0.010),
+        ("torchvision:squeezenet1_1", tuple(SMALL_INPUT), 0.005)]
+    assert ("1 settings were timed only while other processes shared the CPU cores, and are "
+            "left out" in predictor.correction.note)
+
+
+def test_a_fit_mostly_of_timings_beside_other_work_keeps_them(tmp_path):
+    from types import SimpleNamespace
+
+    settings = {"inputs": SMALL_INPUT, "batch": 1, "dtype": "float32", "threads": 1,
+                "device": "cpu"}
+    with KernelDB.open(tmp_path / "k.db") as db:
+        db.upsert_device({"t": 1}, device_id="dev1", kind="cpu", threads=1, peaks=PEAKS)
+        for spec, stats in (("torchvision:resnet18", BUSY), ("torchvision:resnet34", BUSY),
+                            ("torchvision:squeezenet1_1", None)):
+            db.add_model_measurement("dev1", spec, "f", settings, [0.01] * 3, stats=stats)
+        holder = SimpleNamespace(device=SimpleNamespace(id="dev1"))
+        passes = Predictor.e2e_passes(holder, db)
+    assert len(passes) == 3 and holder.contended_settings == 2 and holder.contended_in_fit
+
+
 def test_settings_stored_under_a_moved_checkout_still_fit_and_lost_ones_are_named(tmp_path,
                                                                                    db_path):
     """The zoo's file models are stored by absolute path: a database profiled in another checkout

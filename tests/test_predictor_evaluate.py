@@ -12,10 +12,18 @@ from predictor.e2e import Predictor
 from predictor.evaluate import EvalCase, evaluate, metrics, spearman, time_model, zoo_cases
 from predictor.features import roofline_s
 from profilers import ops, sampling
+from profilers.timer import Measurement
 
 PEAKS = {"gflops": {"float32": 50.0}, "gbps": 10.0}
 SMALL = ("1x3x32x32",)
 SPECS = ("torchvision:squeezenet1_1", "torchvision:resnet18")
+
+
+def timing(samples, **kw) -> Measurement:
+    """What a MeasureFn returns (kw: others_cores, cpus, threads)."""
+    return Measurement(samples_s=tuple(samples), **{
+        "warmup": 5, "threads": 1, "flushed": False, "device": "cpu", "stopped_by": "stable",
+        **kw})
 
 
 def test_metrics_are_exact_on_a_hand_made_example():
@@ -61,7 +69,7 @@ def test_evaluate_reports_each_model_and_both_baselines(predictor, tmp_path):
 
     def fake_measure(spec, inputs, runs, warmup, threads, device, dtype):
         calls.append((spec, tuple(inputs), runs, warmup, threads, device, dtype))
-        return [measured_s[spec] * f for f in (0.99, 1.0, 1.02)]
+        return timing([measured_s[spec] * f for f in (0.99, 1.0, 1.02)])
 
     cases = [EvalCase(spec, SMALL) for spec in SPECS]
     report = evaluate(None, "dev1", cases, runs=30, predictor=predictor, measure_fn=fake_measure)
@@ -94,10 +102,10 @@ def test_session_anchor_scales_every_predictor_by_the_reference_drift(predictor)
     def fake_measure(spec, inputs, runs, warmup, threads, device, dtype):
         order.append(spec)
         if spec.endswith("x0_5"):  # the evaluated model
-            return [0.010] * 3
+            return timing([0.010] * 3)
         # the references run 10% faster in this session, but resnet18 first ran into a slow spell
         slow = 1.3 if spec.endswith("resnet18") and order.count(spec) == 1 else 1.0
-        return [then_s[spec] * 0.9 * slow] * 3
+        return timing([then_s[spec] * 0.9 * slow] * 3)
 
     cases = [EvalCase("torchvision:shufflenet_v2_x0_5", SMALL)]
     plain = evaluate(None, "dev1", cases, predictor=predictor, measure_fn=fake_measure)
@@ -130,7 +138,7 @@ def test_a_slow_spell_in_one_round_moves_the_measurement_little_and_is_reported(
 
     def fake_measure(spec, inputs, runs, warmup, threads, device, dtype):
         f = next(factors)
-        return [0.004 * f] * (runs * (3 if f > 1 else 1))  # a noisy round takes more samples
+        return timing([0.004 * f] * (runs * (3 if f > 1 else 1)))  # a noisy round: more samples
 
     report = evaluate(None, "dev1", [EvalCase(spec, SMALL) for spec in SPECS], runs=30,
                       predictor=predictor, measure_fn=fake_measure)
@@ -156,15 +164,37 @@ def test_a_slow_spell_in_one_round_moves_the_measurement_little_and_is_reported(
     rows = [x for x in shown.get().splitlines() if x.startswith("│ re-")]  # may wrap
     assert len(rows) == 1 and f"{remeasured['mape_pct']:.1f}%" in rows[0]
     single = evaluate(None, "dev1", [EvalCase(SPECS[0], SMALL)], rounds=1, predictor=predictor,
-                      measure_fn=lambda *a: [0.004] * a[2])
+                      measure_fn=lambda *a: timing([0.004] * a[2]))
     assert single.rows[0].round_spread_pct is None and single.round_spread_pct() is None
     assert single.remeasurement() is None
 
 
+def test_a_round_timed_beside_other_work_is_left_out_of_the_measurement_and_said(predictor):
+    busy = {"others_cores": 1.4, "cpus": 2}  # at 1 thread: others on the free core and ours
+    rounds = iter([(1.0, {}), (1.0, busy), (1.5, busy), (1.5, busy), (1.1, {}), (1.5, busy)])
+
+    def fake_measure(spec, inputs, runs, warmup, threads, device, dtype):
+        f, use = next(rounds)
+        return timing([0.004 * f] * runs, **use)
+
+    report = evaluate(None, "dev1", [EvalCase(spec, SMALL) for spec in SPECS], runs=30,
+                      predictor=predictor, measure_fn=fake_measure)
+    quiet, spoilt = report.rows
+    assert quiet.contended_rounds == [1] and quiet.measured_ms == pytest.approx(4.2)  # 4.0, 4.4
+    assert spoilt.contended_rounds == [0, 1, 2] and spoilt.measured_ms == pytest.approx(6.0)
+    assert quiet.others_cores_max == 1.4
+    [note] = [n for n in report.notes if "other processes" in n]
+    assert note.startswith("2 of 2 models had a round timed while other processes kept up to "
+                           "1.4 cores busy; their measurement leaves it out, except 1 with no "
+                           "quiet round, whose measured time includes it (e.g. "
+                           "torchvision:resnet18 1x3x32x32)")
+    assert json.loads(json.dumps(report.to_json()))["models"][1]["contended_rounds"] == [0, 1, 2]
+
+
 def test_time_model_times_a_real_model_and_restores_threads():
     before = torch.get_num_threads()
-    samples = time_model("torchvision:squeezenet1_1", list(SMALL), runs=3, warmup=1, threads=1)
-    assert len(samples) >= 3 and all(s > 0 for s in samples)  # at least `runs`
+    m = time_model("torchvision:squeezenet1_1", list(SMALL), runs=3, warmup=1, threads=1)
+    assert m.n >= 3 and all(s > 0 for s in m.samples_s) and m.threads == 1  # at least `runs`
     assert torch.get_num_threads() == before
 
 
@@ -197,12 +227,12 @@ def test_a_model_with_subnormal_values_gets_a_note(predictor):
     cases = [EvalCase(spec, SMALL) for spec in SPECS]
     shares = {"torchvision:squeezenet1_1": 0.044, "torchvision:resnet18": 0.0}
     report = evaluate(None, "dev1", cases, predictor=predictor,
-                      measure_fn=lambda *a: [0.004] * a[2],
+                      measure_fn=lambda *a: timing([0.004] * a[2]),
                       subnormal_fn=lambda spec, *a: shares[spec])
     assert [r.subnormal_share for r in report.rows] == [0.044, 0.0]
     notes = [n for n in report.notes if "subnormal" in n]
     assert len(notes) == 1 and notes[0].startswith("torchvision:squeezenet1_1 1x3x32x32: 4.4%")
     assert json.loads(json.dumps(report.to_json()))["models"][0]["subnormal_share"] == 0.044
     unchecked = evaluate(None, "dev1", cases, predictor=predictor,
-                         measure_fn=lambda *a: [0.004] * a[2])
+                         measure_fn=lambda *a: timing([0.004] * a[2]))
     assert [r.subnormal_share for r in unchecked.rows] == [None, None]

@@ -233,7 +233,16 @@ def test_samples_round_trip_exactly(tmp_path):
         assert model.settings == {"kind": "bench"}
         assert json.loads(model.settings_key) == dict.fromkeys(
             ["device", "dtype", "inputs", "threads"])
+        assert not model.contended  # no reading
         assert db.model_measurements(DEVICE, kind="e2e") == []
+
+
+def test_a_model_timing_is_contended_by_its_stored_reading_and_thread_count(tmp_path):
+    with _db(tmp_path, 1) as db:
+        for threads, others in ((2, 0.9), (1, 0.3), (2, 0.05)):
+            db.add_model_measurement(DEVICE, "torchvision:resnet18", "cnn", {"threads": threads},
+                                     [0.04], stats={"others_cores": others, "cpus": 2})
+        assert [m.contended for m in db.model_measurements(DEVICE)] == [True, False, False]
 
 
 def test_measured_pools_measurements_at_the_fastest_median(tmp_path):

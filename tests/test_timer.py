@@ -103,6 +103,18 @@ def test_json_round_trip():
     restored = Measurement.from_json(json.loads(json.dumps(m.to_json())))
     assert restored == m
     assert restored.median_s == m.median_s
+    busy = make([1.0], threads=2, others_cores=0.8, cpus=2)
+    assert Measurement.from_json(json.loads(json.dumps(busy.to_json()))) == busy
+
+
+def test_contention_is_judged_on_the_threads_timed_and_merge_keeps_the_busier_reading():
+    quiet, busy = make([1.0], threads=2, others_cores=0.05, cpus=2), make([1.0], threads=2,
+                                                                         others_cores=0.9, cpus=2)
+    assert busy.contended and not quiet.contended and not make([1.0]).contended  # unknown
+    assert not make([1.0], threads=1, others_cores=0.3, cpus=2).contended  # a free core
+    assert quiet.merge(busy).others_cores == 0.9 and busy.merge(quiet).contended
+    assert quiet.merge(make([2.0], threads=2)).others_cores == 0.05
+    assert make([1.0]).merge(make([2.0])).others_cores is None
 
 
 # --- stopping rules ---------------------------------------------------------------------------
@@ -281,3 +293,4 @@ def test_flush_size_is_l2_per_thread_on_a_cpu_and_the_shared_l2_on_a_gpu():
     assert flush_bytes("cpu", 2, 1 << 20) == 2 << 20
     assert flush_bytes("cuda", 16, 60 << 20) == 60 << 20  # not x threads: a 960 MB flush
     assert flush_bytes("cpu", 1, None) == flush_bytes("cpu", 0, 256 << 10) == 1 << 20  # floor
+

@@ -56,8 +56,20 @@ def profile(ctx, device, threads, budget, name, dtypes, models, added, batches, 
         f"{report.zoo_retimed_now} training-zoo ones), {report.models_measured_now} end-to-end "
         f"model timings in {report.elapsed_s:.0f} s; training-zoo configs "
         f"covered {report.zoo_measured}/{report.zoo_configs}; median IQR/median {noise}.")
+    if line := contended_line(report):
+        stderr.print(f"[yellow]warning:[/] {line}")
     if line := untimed_line(report):
         stderr.print(line)
+
+
+def contended_line(report) -> str | None:
+    """A warning when other processes shared the cores during this run's end-to-end timings."""
+    if not report.models_contended_now:
+        return None
+    return (f"{report.models_contended_now} of {report.models_measured_now} end-to-end model "
+            f"timings ran while other processes kept up to {report.others_cores_max:.1f} cores "
+            "busy; they do not count, and the next `hwlat profile` times those models again: "
+            "run it on an idle machine")
 
 
 def untimed_line(report) -> str | None:
