@@ -44,4 +44,6 @@ $PY benchmarks/advise_scenarios.py "$OUT/t1.db" "$($PY -c "import json;print(jso
 log "simulator vs load"
 $PY benchmarks/simulator_vs_load.py "$OUT/t1.db" "$($PY -c "import json;print(json.load(open('$OUT/profile-t1.json'))['device_id'])")" \
     > "$OUT/sim.jsonl" 2>> "$OUT/log.txt"
+log "contention: models timed beside a neighbour process"
+$PY benchmarks/contention.py > "$OUT/contention.jsonl" 2>> "$OUT/log.txt"
 log "done"
