@@ -116,7 +116,8 @@ def measured_spread(db: KernelDB, device_id: str) -> Spread:
     """Median percentile/median ratio over the device's whole-model measurements."""
     rows = [m for m in db.model_measurements(device_id)
             if m.kind in ("e2e", "bench")  # load samples include queueing: not compute spread
-            and len(m.samples_s) >= MIN_SPREAD_SAMPLES and m.median_s > 0]
+            and len(m.samples_s) >= MIN_SPREAD_SAMPLES and m.median_s > 0
+            and not m.contended]  # another process's share of the cores is not the model's spread
     if not rows:
         return Spread({"p95": 1.0, "p99": 1.0}, (),
                       "no whole-model measurement with >= 20 samples on this device: spread "

@@ -38,7 +38,7 @@ def main(repeats: int = 2) -> None:
                         m = time_forward_isolated(spec, inputs, threads=threads, max_time_s=2.5)
                         print(json.dumps({"repeat": rep, "threads": threads, "neighbour": name,
                                           "model": spec, "median_ms": round(m.median_s * 1e3, 2),
-                                          "others_cores": m.others_cores, "cpus": m.cpus,
+                                          "others_cores": m.others_cores,
                                           "contended": m.contended, "n": m.n}), flush=True)
                 finally:
                     for p in neighbours:

@@ -348,9 +348,15 @@ def least_setting_s(pace_s: float | None, start_s: float = E2E_START_S) -> float
 
 
 def fastest_forwards(db: KernelDB, device_id: str) -> dict[tuple[str, str], float]:
-    """(spec, settings key) -> the fastest median forward pass of the device's e2e timings."""
+    """(spec, settings key) -> the fastest median forward pass of the device's e2e timings, the
+    uncontended ones where a setting has any (a contended one ran 2-3x slow: as its pace, the
+    setting it leaves pending would not seem to fit the time left)."""
     fastest: dict[tuple[str, str], float] = {}
-    for m in db.model_measurements(device_id, kind="e2e"):
+    timings = db.model_measurements(device_id, kind="e2e")
+    quiet = {(m.model, m.settings_key) for m in timings if not m.contended}
+    for m in timings:
+        if m.contended and (m.model, m.settings_key) in quiet:
+            continue
         where = (zoo.locate(m.model), m.settings_key)
         fastest[where] = min(m.median_s, fastest.get(where, m.median_s))
     return fastest
@@ -370,8 +376,8 @@ def second_pass_reserve(share_s: float, took_s: float, done: int, waiting_s: flo
 def measure_models(db: KernelDB, device_id: str, run_id: str, settings: ProfileSettings,
                    deadline: _Deadline, threads: int, *, share_s: float, pass_no: int = 1,
                    progress: ProgressFn | None = None) -> int:
-    """End-to-end latency of the training zoo's cases with fewer than `pass_no` measurements on
-    this device, the least measured first (a case pass 1 had no time for comes before a second
+    """End-to-end latency of the training zoo's cases with fewer than `pass_no` uncontended
+    measurements on this device (`pending_models`), the least measured first (a case pass 1 had no time for comes before a second
     timing of another), within `share_s`; an interrupted profile's next run fills in the rest.
 
     A setting is skipped when the least it can take (`least_setting_s`: at its earlier pace,
@@ -401,9 +407,8 @@ def measure_models(db: KernelDB, device_id: str, run_id: str, settings: ProfileS
         runs_s = sum(m.samples_s) + FORWARD_WARMUP * m.median_s
         started_s = max(time.monotonic() - t - runs_s, 0.0)
         start_s = started_s if start_s is None else min(start_s, started_s)
-        use = {"others_cores": m.others_cores, "cpus": m.cpus} if m.cpus else None
         db.add_model_measurement(device_id, case.spec, case.family, key, m.samples_s,
-                                 run_id=run_id, stats=use)
+                                 run_id=run_id, stats=m.cpu_use.to_stats() if m.cpu_use else None)
         done += 1
     return done
 
@@ -625,7 +630,8 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
     report.untimed = db.untimed(device_id)
     mine = [m for m in db.model_measurements(device_id, kind="e2e") if m.run_id == run_id]
     report.models_contended_now = sum(m.contended for m in mine)
-    report.others_cores_max = max((m.stats["others_cores"] for m in mine if m.stats), default=None)
+    report.others_cores_max = max((m.others_cores for m in mine if m.others_cores is not None),
+                                  default=None)
     if settings.e2e:
         report.models_untimed = len(pending_models(
             db, device_id, settings, fp.threads, below=E2E_PASSES if second_pass else 1))

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from kernels_db import schema
-from profilers.contention import contended
+from profilers.contention import CpuUse, contended
 from profilers.errors import DatabaseError, DeviceError
 
 BUSY_TIMEOUT_S = 30.0
@@ -167,11 +167,18 @@ class ModelMeasurement:
         return settings_key(self.settings)
 
     @property
+    def cpu_use(self) -> CpuUse | None:
+        """Other processes' CPU use while it was timed (None: not read, or an older timing)."""
+        return CpuUse.from_stats(self.stats)
+
+    @property
+    def others_cores(self) -> float | None:
+        return self.cpu_use.others_cores if self.cpu_use else None
+
+    @property
     def contended(self) -> bool:
-        """Timed while other processes shared its threads' cores (profilers.contention); False
-        for timings that carry no reading."""
-        use = self.stats or {}
-        return contended(use.get("others_cores"), self.settings.get("threads"), use.get("cpus"))
+        """Other processes used enough of the CPUs to have slowed it (profilers.contention)."""
+        return contended(self.cpu_use, self.settings.get("threads"))
 
     def to_json(self) -> dict:
         return asdict(self)

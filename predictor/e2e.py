@@ -193,8 +193,10 @@ class Predictor:
             note += (f"; {len(self.skipped_settings)} measured settings could not be captured "
                      f"here and are left out, e.g. {self.skipped_settings[0]}")
         if self.contended_settings:
-            note += (f"; {self.contended_settings} settings were timed only while other processes "
-                     "shared the CPU cores, and are "
+            n = self.contended_settings
+            note += (f"; {n} setting{'s were' if n > 1 else ' was'} timed only while other "
+                     "processes used the CPUs, and "
+                     + ("are" if n > 1 else "is") + " "
                      + ("in the fit (too few others)" if self.contended_in_fit else "left out")
                      + "; `hwlat profile` times them again")
         correction = replace(fitted, repeat_spread=spread, note=note)

@@ -94,8 +94,9 @@ def _subnormal_note(row: EvalRow) -> str | None:
 def time_model(spec: str, inputs: Sequence[str], runs: int = 30, warmup: int = 5,
                threads: int | None = None, device: str = "cpu",
                dtype: str = "float32") -> Measurement:
-    """Seconds per forward pass: at least `runs` timed calls after `warmup`, with the same
-    harness as the profile's end-to-end measurements (the correction is fitted on those), each
+    """The forward pass's timing (seconds per pass, other processes' CPU use meanwhile): at least
+    `runs` timed calls after `warmup`, with the same harness as the profile's end-to-end
+    measurements (the correction is fitted on those), each
     model in a fresh child process like them."""
     from profilers.modelbench import time_forward_isolated
 
@@ -160,20 +161,27 @@ def _time_references(rows: Sequence, measure_fn: MeasureFn, runs: int, warmup: i
         if progress:
             progress(f"re-timing reference {r.spec} {','.join(r.inputs)}")
         now = measure_fn(zoo.locate(r.spec), list(r.inputs), runs, warmup, threads, kind,
-                         r.dtype).median_s
+                         r.dtype)
         out.append({"spec": r.spec, "inputs": list(r.inputs), "then_ms": r.measured_s * 1e3,
-                    "now_ms": now * 1e3})
+                    "now_ms": now.median_s * 1e3, "contended": now.contended})
     return out
 
 
 def _faster_of(before: list[dict], after: list[dict]) -> list[dict]:
     """Each reference's faster timing now, as its profile keeps the faster of its two passes:
-    one timing against the faster of two reads as a slowdown (see the module docstring)."""
-    return [{**b, "now_ms": min(b["now_ms"], a["now_ms"]), "before_ms": b["now_ms"],
-             "after_ms": a["now_ms"]} for b, a in zip(before, after, strict=True)]
+    one timing against the faster of two reads as a slowdown (see the module docstring). A
+    timing beside other work only counts where both were."""
+    out = []
+    for b, a in zip(before, after, strict=True):
+        usable = [t["now_ms"] for t in (b, a) if not t["contended"]] or [b["now_ms"], a["now_ms"]]
+        out.append({**b, "now_ms": min(usable), "before_ms": b["now_ms"],
+                    "after_ms": a["now_ms"], "contended": b["contended"] and a["contended"]})
+    return out
 
 
 def _drift(timed: list[dict]) -> Drift | None:
+    """The median ratio now/then, over the references timed without other work where any were."""
+    timed = [t for t in timed if not t["contended"]] or timed
     if not timed:
         return None
     ratios = np.array([t["now_ms"] / t["then_ms"] for t in timed])
@@ -204,10 +212,18 @@ class EvalRow:
     others_cores_max: float | None = None  # the most cores other processes took in a round
 
     @property
+    def quiet_rounds_ms(self) -> list[float]:
+        """The round medians its measurement is the median of: those not timed beside other
+        work, or all where every round was."""
+        quiet = [ms for k, ms in enumerate(self.measured_rounds_ms)
+                 if k not in self.contended_rounds]
+        return quiet or list(self.measured_rounds_ms)
+
+    @property
     def round_spread_pct(self) -> float | None:
         """(slowest - fastest round median) / measured, in %: how much the ground truth itself
         moved while it was measured (None with one round)."""
-        r = self.measured_rounds_ms
+        r = self.quiet_rounds_ms
         return (max(r) - min(r)) / self.measured_ms * 100 if len(r) > 1 else None
 
 
@@ -237,7 +253,7 @@ class EvalReport:
         if not spreads:
             return None
         return {"median": float(np.median(spreads)), "max": float(max(spreads)),
-                "rounds": len(self.rows[0].measured_rounds_ms)}
+                "rounds": len(self.rows[0].measured_rounds_ms)}  # each row's quiet ones
 
     def remeasurement(self) -> dict[str, float] | None:
         """The summary metrics of each round's median as a prediction of the median of the same
@@ -247,9 +263,9 @@ class EvalReport:
         ground truth. On the 2-vCPU dev VM at 2 threads it came to 3.6-14.3% MAPE and 33-94% within
         10% over 13 evaluations of 14-52 models; at 1 thread 1.5-4.4% and 92-100% over four. None
         with one round."""
-        pairs = [(statistics.median(r.measured_rounds_ms[:k] + r.measured_rounds_ms[k + 1:]), x)
-                 for r in self.rows if len(r.measured_rounds_ms) > 1
-                 for k, x in enumerate(r.measured_rounds_ms)]
+        rounds = [r.quiet_rounds_ms for r in self.rows]
+        pairs = [(statistics.median(q[:k] + q[k + 1:]), x)
+                 for q in rounds if len(q) > 1 for k, x in enumerate(q)]
         return metrics(*zip(*pairs, strict=True)) if pairs else None
 
     def plot(self, path: str) -> None:
@@ -298,8 +314,8 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     """Measure and predict every case; summary metrics for hwlat and both baselines.
 
     Each case is timed in `rounds` rounds over all cases (at least runs/rounds timed runs each,
-    after its own warm-up); its measurement is the median of its round medians, and how far
-    those spread is reported beside it.
+    after its own warm-up); its measurement is the median of its round medians (those not timed
+    beside other work, `EvalRow.quiet_rounds_ms`), and how far those spread is reported beside it.
     anchor: "profile" predicts from the database as it is; "session" also re-times training-zoo
     references around the evaluated models and scales every predictor by the drift (see above).
     subnormal_fn: checks each model's forward pass for subnormal values, which slow it down
@@ -334,8 +350,9 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     # each round counts once: a round that ran into a slow spell is noisy, takes more samples
     # before its median is stable, and would dominate a median over all samples; a round timed
     # beside other work (profilers.contention) is left out where another was not
-    measured_ms = [statistics.median([ms for ms, t in zip(r, ts, strict=True) if not t.contended]
-                                     or r) for r, ts in zip(round_ms, timings, strict=True)]
+    contended = [[n for n, t in enumerate(ts) if t.contended] for ts in timings]
+    measured_ms = [statistics.median([ms for n, ms in enumerate(r) if n not in c] or r)
+                   for r, c in zip(round_ms, contended, strict=True)]
     after = _time_references(refs, measure_fn, runs, warmup, dev.threads, dev.kind, progress)
     drift = _drift(_faster_of(before, after))
     subnormal: list[float | None] = [None] * len(cases)
@@ -354,8 +371,8 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
                      f"{DRIFT_MAX_S * 1e3:.0f} ms on this device: predictions not re-anchored")
     k = drift.ratio if drift else 1.0
     rows = []
-    for case, cap, measured, rounds_ms, ts, sub in zip(cases, captured, measured_ms, round_ms,
-                                                       timings, subnormal, strict=True):
+    for case, cap, measured, rounds_ms, ts, busy, sub in zip(
+            cases, captured, measured_ms, round_ms, timings, contended, subnormal, strict=True):
         pred = predictor.predict_captured(cap)
         rows.append(EvalRow(
             spec=case.spec, family=case.family or cap.family, inputs=pred.inputs,
@@ -369,7 +386,7 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
             measured_share=pred.measured_share,
             unmodelled_share=sum(u["share"] for u in pred.unmodelled), dtype=case.dtype,
             predicted_profile_ms=pred.p50_ms if drift else None, subnormal_share=sub,
-            contended_rounds=[k for k, t in enumerate(ts) if t.contended],
+            contended_rounds=busy,
             others_cores_max=max((t.others_cores for t in ts if t.others_cores is not None),
                                  default=None)))
     notes += [n for n in map(_subnormal_note, rows) if n]

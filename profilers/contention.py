@@ -19,15 +19,21 @@ mobilenet_v3_large at 224 px, each timed as the profile does, twice; benchmarks/
 1-thread matmul or copy) read 0.65-0.77 cores and made the models 2.1-4.0x slower; two read 1.0,
 3.0-62x. At 1 thread a neighbour on the free core read 1.0: a spin loop or a matmul slowed them
 0.97-1.07x, a memory copy 1.18-1.63x (two spin loops read 1.3, 1.09-1.40x). The accounting
-cannot tell those apart, so a timing counts as contended once others use more than a little (`SLACK_CORES`) plus a quarter of
-the cores our threads leave free (`SPARE_SHARE`): on that VM at 1 thread, any neighbour on the
-other core; on a 64-core server timing 4 threads, 15 cores' worth of other work.
+cannot tell those apart, so a timing counts as contended once others use more than a little
+(`SLACK_CORES`) plus a quarter of the cores our threads leave free (`SPARE_SHARE`): on that VM at
+1 thread, any neighbour on the other core; on a 64-core server timing 4 threads, 15 cores' worth
+of other work. The kernel
+counts each CPU in 10 ms ticks, so on many CPUs a short window reads a little busy even when idle:
+the allowance grows by the ticks' rounding over the window (`tick_noise_cores`). Logical CPUs
+count as cores: a neighbour on the SMT sibling of one of our threads' cores is charged against
+the free ones, so on an SMT machine timed at its physical core count one neighbour can go unseen.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 PROC_STAT = "/proc/stat"
@@ -51,6 +57,24 @@ class CpuUse:
     others_cores: float  # average number of cores busy with other processes (>= 0)
     cpus: int  # CPUs this process may run on, which the reading covers
     window_s: float
+
+    def contended(self, threads: int | None) -> bool:
+        """Whether others used enough of the CPUs to have slowed a timing at `threads` threads
+        (see above)."""
+        spare = max(self.cpus - (threads or 1), 0)
+        return (self.others_cores > SLACK_CORES + SPARE_SHARE * spare
+                + tick_noise_cores(self.cpus, self.window_s))
+
+    def to_stats(self) -> dict:
+        """The reading as stored with a model measurement (kernels_db: `stats_json`)."""
+        return {"others_cores": self.others_cores, "cpus": self.cpus, "window_s": self.window_s}
+
+    @classmethod
+    def from_stats(cls, stats: dict | None) -> CpuUse | None:
+        """The reading a model measurement was stored with; None for one without (older ones)."""
+        if not stats or any(stats.get(k) is None for k in ("others_cores", "cpus", "window_s")):
+            return None
+        return cls(float(stats["others_cores"]), int(stats["cpus"]), float(stats["window_s"]))
 
 
 def _allowed_cpus() -> set[int] | None:
@@ -80,7 +104,7 @@ def _busy_ticks(cpus: set[int]) -> int | None:
 
 def _own_cpu_s() -> float:
     """CPU time (user + system) of every thread of this process."""
-    import resource
+    import resource  # POSIX only: imported where /proc/stat already said this is Linux
 
     use = resource.getrusage(resource.RUSAGE_SELF)
     return use.ru_utime + use.ru_stime
@@ -91,15 +115,17 @@ def _ticks_per_s() -> int:
 
 
 class Meter:
-    """`meter = Meter()` before a timing, `meter.stop()` after it: a `CpuUse`, or None if
-    unknown. Reads a few hundred bytes of /proc/stat each time; nothing runs in between."""
+    """`meter = Meter()` before a timing, `meter.stop()` after it in the same process: a
+    `CpuUse`, or None if unknown. Reads /proc/stat each time; nothing runs in between."""
 
-    def __init__(self, clock=time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
+        self._pid = os.getpid()  # a forked child's own CPU time starts again from 0
         self._cpus = _allowed_cpus()
         self._start = self._read()
 
     def _read(self) -> tuple[float, int, float] | None:
+        """(clock, busy ticks of our CPUs, our own CPU seconds), or None if unreadable."""
         if not self._cpus:
             return None
         ticks = _busy_ticks(self._cpus)
@@ -109,7 +135,7 @@ class Meter:
 
     def stop(self) -> CpuUse | None:
         end = self._read()
-        if self._start is None or end is None:
+        if self._start is None or end is None or os.getpid() != self._pid:
             return None
         window_s = end[0] - self._start[0]
         if window_s < MIN_WINDOW_S:
@@ -120,10 +146,13 @@ class Meter:
                       window_s=window_s)
 
 
-def contended(others_cores: float | None, threads: int | None, cpus: int | None) -> bool:
-    """Whether other processes used enough of the CPUs to have slowed a timing at `threads`
-    threads (see above). False when unknown: old timings carry no reading."""
-    if others_cores is None or cpus is None:
-        return False
-    spare = max(cpus - (threads or 1), 0)
-    return others_cores > SLACK_CORES + SPARE_SHARE * spare
+def tick_noise_cores(cpus: int, window_s: float) -> float:
+    """How busy an idle machine can read from the ticks' rounding alone: each CPU's count over
+    the window is off by less than a tick (two roundings: sd 1/sqrt(6) ticks); three sd of the
+    sum over `cpus`. 0.07 cores for 2 CPUs over 0.25 s, 0.39 for 64."""
+    return 3 * (cpus / 6) ** 0.5 / _ticks_per_s() / window_s
+
+
+def contended(use: CpuUse | None, threads: int | None) -> bool:
+    """`use.contended(threads)`; False when unknown: older timings carry no reading."""
+    return use is not None and use.contended(threads)

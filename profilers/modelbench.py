@@ -362,15 +362,15 @@ def time_forward(spec: str, inputs: list[str] | None = None, *, batch: int | Non
     in this process (`threads`: torch's intra-op threads, None leaves them as they are), with
     other processes' CPU use meanwhile.
 
-    No cache flush: a model's ops already evict each other, which is what it measures. The
-    contention reading spans the model's build too: a small model's timing alone can be shorter
-    than the 10 ms ticks of the kernel's accounting can tell (`contention.MIN_WINDOW_S`).
+    No cache flush: a model's ops already evict each other, which is what it measures. Other
+    processes' CPU use is read over the timing, or where that is too short for the kernel's 10 ms
+    ticks (`contention.MIN_WINDOW_S`: a small model's), over the model's build and the timing.
     """
     from profilers import contention
     from profilers.clocks import clock_for
     from profilers.timer import measure, thread_count
 
-    meter = contention.Meter()
+    whole = contention.Meter()
     with thread_count(threads):
         model, args = prepare(spec, inputs, batch=batch, dtype=dtype, device=device)
 
@@ -378,11 +378,11 @@ def time_forward(spec: str, inputs: list[str] | None = None, *, batch: int | Non
             with torch.inference_mode():
                 model(*args)
 
+        timing = contention.Meter()
         m = measure(forward, clock=clock_for(device), warmup=warmup, min_reps=min_runs,
                     max_reps=max(min_runs, 200), max_time_s=max_time_s, rel_tol=0.01,
                     device=device.split(":")[0], label=spec)
-    use = meter.stop()
-    return dataclasses.replace(m, others_cores=use.others_cores, cpus=use.cpus) if use else m
+    return dataclasses.replace(m, cpu_use=timing.stop() or whole.stop())
 
 
 def time_forward_isolated(spec: str, inputs: list[str] | None = None, *,

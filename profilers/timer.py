@@ -45,13 +45,16 @@ class Measurement:
     device: str
     stopped_by: str
     label: str = ""
-    others_cores: float | None = None  # cores other processes kept busy meanwhile (contention)
-    cpus: int | None = None  # ... of how many; both None where unknown
+    cpu_use: contention.CpuUse | None = None  # other processes' meanwhile (None: unknown)
+
+    @property
+    def others_cores(self) -> float | None:
+        return self.cpu_use.others_cores if self.cpu_use else None
 
     @property
     def contended(self) -> bool:
-        """Other processes shared our threads' cores while this was timed (profilers.contention)."""
-        return contention.contended(self.others_cores, self.threads, self.cpus)
+        """Other processes used enough of the CPUs to have slowed this (profilers.contention)."""
+        return contention.contended(self.cpu_use, self.threads)
 
     def __post_init__(self) -> None:
         if not self.samples_s:
@@ -118,12 +121,14 @@ class Measurement:
             device=self.device,
             stopped_by=other.stopped_by,
             label=self.label or other.label,
-            **_busier(self, other),
+            cpu_use=max((m.cpu_use for m in (self, other) if m.cpu_use),
+                        key=lambda use: use.others_cores, default=None),  # the busier reading
         )
 
     def to_json(self) -> dict:
         d = asdict(self)
         d["samples_s"] = list(self.samples_s)
+        d["cpu_use"] = self.cpu_use.to_stats() if self.cpu_use else None
         return d
 
     @classmethod
@@ -136,16 +141,8 @@ class Measurement:
             device=str(d["device"]),
             stopped_by=str(d["stopped_by"]),
             label=str(d.get("label", "")),
-            others_cores=d.get("others_cores"),
-            cpus=d.get("cpus"),
+            cpu_use=contention.CpuUse.from_stats(d.get("cpu_use")),
         )
-
-
-def _busier(a: Measurement, b: Measurement) -> dict:
-    """The contention reading of whichever of two measurements saw more of it (None: unknown)."""
-    known = [m for m in (a, b) if m.others_cores is not None]
-    m = max(known, key=lambda m: m.others_cores, default=None)
-    return {"others_cores": m.others_cores, "cpus": m.cpus} if m else {}
 
 
 def _quantile(sorted_values: tuple[float, ...], q: float) -> float:

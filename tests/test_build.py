@@ -151,7 +151,7 @@ def test_zoo_models_are_timed_at_the_start_and_again_at_the_end(tmp_path, monkey
 
 
 def forward_timing(samples, threads=1, **kw):
-    """What `time_forward_isolated` returns: a Measurement (kw: others_cores, cpus)."""
+    """What `time_forward_isolated` returns: a Measurement (kw: cpu_use)."""
     from profilers.timer import Measurement
 
     return Measurement(samples_s=tuple(samples), warmup=2, threads=threads, flushed=False,
@@ -165,6 +165,7 @@ def test_a_timing_beside_other_work_does_not_count_and_is_timed_again_first(tmp_
     from kernels_db import build
     from kernels_db.store import KernelDB
     from profilers import isolate, modelbench
+    from profilers.contention import CpuUse
 
     monkeypatch.setattr(isolate, "enabled", lambda: True)
     log: list[str] = []
@@ -172,7 +173,7 @@ def test_a_timing_beside_other_work_does_not_count_and_is_timed_again_first(tmp_
     def fake_forward(spec, inputs, **kw):
         log.append(inputs[0])
         busy = 1.6 if len(log) == 2 else 0.02  # a neighbour on the free core and on ours
-        return forward_timing([0.01] * 5, others_cores=busy, cpus=2)
+        return forward_timing([0.01] * 5, cpu_use=CpuUse(busy, 2, 1.0))
 
     monkeypatch.setattr(modelbench, "time_forward_isolated", fake_forward)
     monkeypatch.setattr(build, "measure_configs", lambda *a, **kw: 0)
@@ -183,7 +184,7 @@ def test_a_timing_beside_other_work_does_not_count_and_is_timed_again_first(tmp_
         rows = db.model_measurements(report.device_id, kind="e2e")
     assert log == ["1x3x224x224", "1x3x160x160", "1x3x160x160", "1x3x224x224"]
     assert [r.contended for r in rows] == [False, True, False, False]
-    assert rows[1].stats == {"others_cores": 1.6, "cpus": 2}
+    assert rows[1].stats == {"others_cores": 1.6, "cpus": 2, "window_s": 1.0}
     assert report.models_contended_now == 1 and report.others_cores_max == 1.6
     assert report.models_untimed == 1  # the 160 px setting has one timing that counts
 
@@ -342,8 +343,8 @@ def test_the_contended_line_counts_timings_beside_other_work_and_says_what_to_do
                            others_cores_max=1.34)
     assert contended_line(report) == (
         "7 of 40 end-to-end model timings ran while other processes kept up to 1.3 cores busy; "
-        "they do not count, and the next `hwlat profile` times those models again: run it on "
-        "an idle machine")
+        "the fit leaves them out while enough others are quiet, and the next `hwlat profile` "
+        "times those models again first: run it on an idle machine")
     assert contended_line(replace(report, models_contended_now=0)) is None
 
 

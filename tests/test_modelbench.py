@@ -185,5 +185,6 @@ def test_time_forward_carries_other_processes_cpu_use_over_the_build_and_the_run
                         lambda *a, **kw: spans.append("build") or real_prepare(*a, **kw))
     m = modelbench.time_forward("torchvision:squeezenet1_1", ["1x3x32x32"], min_runs=3,
                                 threads=2, max_time_s=0.5)
-    assert spans == ["start", "build", "stop"] and m.n >= 3
-    assert (m.others_cores, m.cpus, m.threads) == (0.4, 2, 2) and m.contended
+    # the timing's own reading; the whole span's only where the timing's is too short to tell
+    assert spans == ["start", "build", "start", "stop"] and m.n >= 3
+    assert (m.others_cores, m.cpu_use.cpus, m.threads) == (0.4, 2, 2) and m.contended

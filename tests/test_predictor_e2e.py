@@ -330,7 +330,7 @@ def test_a_setting_timed_in_two_passes_is_one_row_at_the_faster(tmp_path, db_pat
     assert predictor.correction.n_models == 2
 
 
-BUSY = {"others_cores": 1.5, "cpus": 2}  # at 1 thread: others on the free core and on ours
+BUSY = {"others_cores": 1.5, "cpus": 2, "window_s": 1.0}  # at 1 thread: the free core and ours
 
 
 def test_timings_beside_other_work_are_left_out_of_the_fit_while_enough_others_remain(tmp_path,
@@ -343,7 +343,7 @@ def test_timings_beside_other_work_are_left_out_of_the_fit_while_enough_others_r
         db.add_model_measurement("dev1", "torchvision:resnet18", "resnet", settings,
                                  [0.008] * 5, stats=BUSY)  # faster, but beside other work
         db.add_model_measurement("dev1", "torchvision:resnet18", "resnet", settings, [0.010] * 5,
-                                 stats={"others_cores": 0.02, "cpus": 2})
+                                 stats={"others_cores": 0.02, "cpus": 2, "window_s": 1.0})
         db.add_model_measurement("dev1", "torchvision:squeezenet1_1", "squeezenet", settings,
                                  [0.005] * 5)
         db.add_model_measurement("dev1", "torchvision:squeezenet1_1", "squeezenet",
@@ -353,8 +353,8 @@ def test_timings_beside_other_work_are_left_out_of_the_fit_while_enough_others_r
     assert [(r.spec, r.inputs, round(r.measured_s, 6)) for r in rows] == [
         ("torchvision:resnet18", tuple(SMALL_INPUT), 0.010),
         ("torchvision:squeezenet1_1", tuple(SMALL_INPUT), 0.005)]
-    assert ("1 settings were timed only while other processes shared the CPU cores, and are "
-            "left out" in predictor.correction.note)
+    assert ("1 setting was timed only while other processes used the CPUs, and is left out"
+            in predictor.correction.note)
 
 
 def test_a_fit_mostly_of_timings_beside_other_work_keeps_them(tmp_path):

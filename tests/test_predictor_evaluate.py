@@ -12,6 +12,7 @@ from predictor.e2e import Predictor
 from predictor.evaluate import EvalCase, evaluate, metrics, spearman, time_model, zoo_cases
 from predictor.features import roofline_s
 from profilers import ops, sampling
+from profilers.contention import CpuUse
 from profilers.timer import Measurement
 
 PEAKS = {"gflops": {"float32": 50.0}, "gbps": 10.0}
@@ -20,7 +21,7 @@ SPECS = ("torchvision:squeezenet1_1", "torchvision:resnet18")
 
 
 def timing(samples, **kw) -> Measurement:
-    """What a MeasureFn returns (kw: others_cores, cpus, threads)."""
+    """What a MeasureFn returns (kw: cpu_use, threads)."""
     return Measurement(samples_s=tuple(samples), **{
         "warmup": 5, "threads": 1, "flushed": False, "device": "cpu", "stopped_by": "stable",
         **kw})
@@ -170,7 +171,7 @@ def test_a_slow_spell_in_one_round_moves_the_measurement_little_and_is_reported(
 
 
 def test_a_round_timed_beside_other_work_is_left_out_of_the_measurement_and_said(predictor):
-    busy = {"others_cores": 1.4, "cpus": 2}  # at 1 thread: others on the free core and ours
+    busy = {"cpu_use": CpuUse(1.4, 2, 1.0)}  # at 1 thread: others on the free core and ours
     rounds = iter([(1.0, {}), (1.0, busy), (1.5, busy), (1.5, busy), (1.1, {}), (1.5, busy)])
 
     def fake_measure(spec, inputs, runs, warmup, threads, device, dtype):
@@ -183,12 +184,32 @@ def test_a_round_timed_beside_other_work_is_left_out_of_the_measurement_and_said
     assert quiet.contended_rounds == [1] and quiet.measured_ms == pytest.approx(4.2)  # 4.0, 4.4
     assert spoilt.contended_rounds == [0, 1, 2] and spoilt.measured_ms == pytest.approx(6.0)
     assert quiet.others_cores_max == 1.4
+    # the machine's own noise is read off the rounds the measurements are made of
+    assert quiet.quiet_rounds_ms == pytest.approx([4.0, 4.4])
+    assert quiet.round_spread_pct == pytest.approx(0.4 / 4.2 * 100)
+    assert report.remeasurement()["n"] == 2 + 3  # resnet18 had no quiet round: all three
     [note] = [n for n in report.notes if "other processes" in n]
     assert note.startswith("2 of 2 models had a round timed while other processes kept up to "
                            "1.4 cores busy; their measurement leaves it out, except 1 with no "
                            "quiet round, whose measured time includes it (e.g. "
                            "torchvision:resnet18 1x3x32x32)")
     assert json.loads(json.dumps(report.to_json()))["models"][1]["contended_rounds"] == [0, 1, 2]
+
+
+def test_a_reference_timed_beside_other_work_does_not_set_the_drift():
+    from predictor.evaluate import _drift, _faster_of
+
+    def ref(now_ms, contended, then_ms=2.0):
+        return {"spec": "s", "inputs": [], "then_ms": then_ms, "now_ms": now_ms,
+                "contended": contended}
+
+    before = [ref(2.0, True), ref(4.0, False, 4.0), ref(9.0, True, 3.0)]
+    after = [ref(2.2, False), ref(4.4, True, 4.0), ref(9.9, True, 3.0)]
+    timed = _faster_of(before, after)
+    assert [t["now_ms"] for t in timed] == [2.2, 4.0, 9.0]  # the quiet one, even when slower
+    assert [t["contended"] for t in timed] == [False, False, True]
+    assert _drift(timed).ratio == pytest.approx(1.05)  # the third left out: 3x slow, contended
+    assert _drift([timed[2]]).ratio == pytest.approx(3.0)  # nothing else to go by
 
 
 def test_time_model_times_a_real_model_and_restores_threads():

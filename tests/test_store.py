@@ -241,7 +241,8 @@ def test_a_model_timing_is_contended_by_its_stored_reading_and_thread_count(tmp_
     with _db(tmp_path, 1) as db:
         for threads, others in ((2, 0.9), (1, 0.3), (2, 0.05)):
             db.add_model_measurement(DEVICE, "torchvision:resnet18", "cnn", {"threads": threads},
-                                     [0.04], stats={"others_cores": others, "cpus": 2})
+                                     [0.04], stats={"others_cores": others, "cpus": 2,
+                                                    "window_s": 1.0})
         assert [m.contended for m in db.model_measurements(DEVICE)] == [True, False, False]
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from profilers.clocks import FakeClock, PerfCounterClock, clock_for, parse_device
+from profilers.contention import CpuUse
 from profilers.errors import DeviceError
 from profilers.timer import (
     NOISE_THRESHOLD,
@@ -103,15 +104,15 @@ def test_json_round_trip():
     restored = Measurement.from_json(json.loads(json.dumps(m.to_json())))
     assert restored == m
     assert restored.median_s == m.median_s
-    busy = make([1.0], threads=2, others_cores=0.8, cpus=2)
+    busy = make([1.0], threads=2, cpu_use=CpuUse(0.8, 2, 1.5))
     assert Measurement.from_json(json.loads(json.dumps(busy.to_json()))) == busy
 
 
 def test_contention_is_judged_on_the_threads_timed_and_merge_keeps_the_busier_reading():
-    quiet, busy = make([1.0], threads=2, others_cores=0.05, cpus=2), make([1.0], threads=2,
-                                                                         others_cores=0.9, cpus=2)
+    quiet = make([1.0], threads=2, cpu_use=CpuUse(0.05, 2, 1.0))
+    busy = make([1.0], threads=2, cpu_use=CpuUse(0.9, 2, 1.0))
     assert busy.contended and not quiet.contended and not make([1.0]).contended  # unknown
-    assert not make([1.0], threads=1, others_cores=0.3, cpus=2).contended  # a free core
+    assert not make([1.0], threads=1, cpu_use=CpuUse(0.3, 2, 1.0)).contended  # a free core
     assert quiet.merge(busy).others_cores == 0.9 and busy.merge(quiet).contended
     assert quiet.merge(make([2.0], threads=2)).others_cores == 0.05
     assert make([1.0]).merge(make([2.0])).others_cores is None

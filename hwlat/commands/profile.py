@@ -68,8 +68,8 @@ def contended_line(report) -> str | None:
         return None
     return (f"{report.models_contended_now} of {report.models_measured_now} end-to-end model "
             f"timings ran while other processes kept up to {report.others_cores_max:.1f} cores "
-            "busy; they do not count, and the next `hwlat profile` times those models again: "
-            "run it on an idle machine")
+            "busy; the fit leaves them out while enough others are quiet, and the next `hwlat "
+            "profile` times those models again first: run it on an idle machine")
 
 
 def untimed_line(report) -> str | None:
