@@ -377,8 +377,9 @@ def measure_models(db: KernelDB, device_id: str, run_id: str, settings: ProfileS
                    deadline: _Deadline, threads: int, *, share_s: float, pass_no: int = 1,
                    progress: ProgressFn | None = None) -> int:
     """End-to-end latency of the training zoo's cases with fewer than `pass_no` uncontended
-    measurements on this device (`pending_models`), the least measured first (a case pass 1 had no time for comes before a second
-    timing of another), within `share_s`; an interrupted profile's next run fills in the rest.
+    measurements on this device (`pending_models`), the least measured first (a case pass 1 had
+    no time for comes before a second timing of another), within `share_s`; an interrupted
+    profile's next run fills in the rest.
 
     A setting is skipped when the least it can take (`least_setting_s`: at its earlier pace,
     with the smallest start-up seen in this call, none before the first; 3 s if never timed) is

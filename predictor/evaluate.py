@@ -96,8 +96,8 @@ def time_model(spec: str, inputs: Sequence[str], runs: int = 30, warmup: int = 5
                dtype: str = "float32") -> Measurement:
     """The forward pass's timing (seconds per pass, other processes' CPU use meanwhile): at least
     `runs` timed calls after `warmup`, with the same harness as the profile's end-to-end
-    measurements (the correction is fitted on those), each
-    model in a fresh child process like them."""
+    measurements (the correction is fitted on those), each model in a fresh child process like
+    them."""
     from profilers.modelbench import time_forward_isolated
 
     return time_forward_isolated(spec, list(inputs) or None, threads=threads, dtype=dtype,
@@ -213,11 +213,7 @@ class EvalRow:
 
     @property
     def quiet_rounds_ms(self) -> list[float]:
-        """The round medians its measurement is the median of: those not timed beside other
-        work, or all where every round was."""
-        quiet = [ms for k, ms in enumerate(self.measured_rounds_ms)
-                 if k not in self.contended_rounds]
-        return quiet or list(self.measured_rounds_ms)
+        return quiet_rounds(self.measured_rounds_ms, self.contended_rounds)
 
     @property
     def round_spread_pct(self) -> float | None:
@@ -253,7 +249,7 @@ class EvalReport:
         if not spreads:
             return None
         return {"median": float(np.median(spreads)), "max": float(max(spreads)),
-                "rounds": len(self.rows[0].measured_rounds_ms)}  # each row's quiet ones
+                "rounds": len(self.rows[0].measured_rounds_ms)}  # spreads: of the quiet ones
 
     def remeasurement(self) -> dict[str, float] | None:
         """The summary metrics of each round's median as a prediction of the median of the same
@@ -336,7 +332,6 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     refs = drift_references(predictor) if anchor == "session" else []
     before = _time_references(refs, measure_fn, runs, warmup, dev.threads, dev.kind, progress)
     rounds = max(1, min(rounds, runs))
-    round_ms: list[list[float]] = [[] for _ in cases]
     timings: list[list[Measurement]] = [[] for _ in cases]
     for r in range(rounds):  # round-robin: a slow spell of the machine hits every model a bit
         for i, (case, cap) in enumerate(zip(cases, captured, strict=True)):
@@ -345,13 +340,13 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
                          + (f" (round {r + 1}/{rounds})" if rounds > 1 else ""))
             got = measure_fn(case.spec, [str(i) for i in cap.inputs], -(-runs // rounds), warmup,
                              dev.threads, dev.kind, case.dtype)
-            round_ms[i].append(got.median_s * 1e3)
             timings[i].append(got)
     # each round counts once: a round that ran into a slow spell is noisy, takes more samples
     # before its median is stable, and would dominate a median over all samples; a round timed
     # beside other work (profilers.contention) is left out where another was not
+    round_ms = [[t.median_s * 1e3 for t in ts] for ts in timings]
     contended = [[n for n, t in enumerate(ts) if t.contended] for ts in timings]
-    measured_ms = [statistics.median([ms for n, ms in enumerate(r) if n not in c] or r)
+    measured_ms = [statistics.median(quiet_rounds(r, c))
                    for r, c in zip(round_ms, contended, strict=True)]
     after = _time_references(refs, measure_fn, runs, warmup, dev.threads, dev.kind, progress)
     drift = _drift(_faster_of(before, after))
@@ -393,6 +388,12 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     if line := contended_note(rows):
         notes.append(line)
     return _report(dev.id, rows, runs, notes, "session" if drift else "profile", drift)
+
+
+def quiet_rounds(rounds_ms: Sequence[float], contended: Sequence[int]) -> list[float]:
+    """The round medians a measurement is the median of: those not timed beside other work
+    (their indices in `contended`), or all where every round was."""
+    return [ms for n, ms in enumerate(rounds_ms) if n not in contended] or list(rounds_ms)
 
 
 def contended_note(rows: Sequence[EvalRow]) -> str | None:

@@ -22,9 +22,9 @@ mobilenet_v3_large at 224 px, each timed as the profile does, twice; benchmarks/
 cannot tell those apart, so a timing counts as contended once others use more than a little
 (`SLACK_CORES`) plus a quarter of the cores our threads leave free (`SPARE_SHARE`): on that VM at
 1 thread, any neighbour on the other core; on a 64-core server timing 4 threads, 15 cores' worth
-of other work. The kernel
-counts each CPU in 10 ms ticks, so on many CPUs a short window reads a little busy even when idle:
-the allowance grows by the ticks' rounding over the window (`tick_noise_cores`). Logical CPUs
+of other work. The kernel counts each CPU in 10 ms ticks, so on many CPUs a short window reads a
+little busy even when idle: the allowance grows by the ticks' rounding over the window
+(`tick_noise_cores`). Logical CPUs
 count as cores: a neighbour on the SMT sibling of one of our threads' cores is charged against
 the free ones, so on an SMT machine timed at its physical core count one neighbour can go unseen.
 """
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 PROC_STAT = "/proc/stat"
 MIN_WINDOW_S = 0.25
 """Shorter windows are not metered: /proc/stat counts in ticks (10 ms), so 0.25 s on 2 CPUs
-reads to within ~0.05 cores."""
+reads to within ~0.07 cores (`tick_noise_cores`)."""
 SLACK_CORES = 0.15
 """Others may always use this much: the system's own background (the profiler's parent waiting,
 the kernel, a shell) read 0.00-0.01 cores on the idle VM."""

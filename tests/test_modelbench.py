@@ -166,25 +166,38 @@ def test_cuda_splits_copies_from_forward():
     assert result.telemetry_before is not None
 
 
-def test_time_forward_carries_other_processes_cpu_use_over_the_build_and_the_runs(monkeypatch):
+def test_time_forward_carries_other_processes_cpu_use_over_the_runs_else_build_and_runs(
+        monkeypatch):
     from profilers import contention, modelbench
 
     spans: list[str] = []
+    readings: list[contention.CpuUse | None] = []  # what each new meter's stop() returns
 
     class FakeMeter:
         def __init__(self):
             spans.append("start")
+            self.reading = readings.pop(0)
 
         def stop(self):
             spans.append("stop")
-            return contention.CpuUse(others_cores=0.4, cpus=2, window_s=1.0)
+            return self.reading
 
     real_prepare = modelbench.prepare
     monkeypatch.setattr(contention, "Meter", FakeMeter)
     monkeypatch.setattr(modelbench, "prepare",
                         lambda *a, **kw: spans.append("build") or real_prepare(*a, **kw))
-    m = modelbench.time_forward("torchvision:squeezenet1_1", ["1x3x32x32"], min_runs=3,
-                                threads=2, max_time_s=0.5)
+
+    def timed():
+        return modelbench.time_forward("torchvision:squeezenet1_1", ["1x3x32x32"], min_runs=3,
+                                       threads=2, max_time_s=0.5)
+
+    whole, runs = contention.CpuUse(0.1, 2, 1.3), contention.CpuUse(0.4, 2, 1.0)
+    readings[:] = [whole, runs]
+    m = timed()
     # the timing's own reading; the whole span's only where the timing's is too short to tell
     assert spans == ["start", "build", "start", "stop"] and m.n >= 3
     assert (m.others_cores, m.cpu_use.cpus, m.threads) == (0.4, 2, 2) and m.contended
+    spans.clear()
+    readings[:] = [whole, None]
+    m = timed()
+    assert spans == ["start", "build", "start", "stop", "stop"] and m.cpu_use == whole
