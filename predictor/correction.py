@@ -32,12 +32,16 @@ traffic term at all. On the 2-thread profile of the dev VM (59 settings) a fit w
 without the all-op traffic term scored leave-one-family-out MAPE 8.6% -> 6.6% (0.907 x sum +
 2.15 x weight re-read + 0.505 x large-op traffic). At 1 thread on the dev VM its fit came out
 negative (22:08 profile), so it was left out there; on the slow VM it comes out 0.6-0.7. The
-weights of an op larger than the LLC are not in it (`Predictor._large_traffic_s`): timed alone,
+weights of an op larger than the LLC are not in it (`Predictor._traffic_s`): timed alone,
 such an op streams them from DRAM already (alexnet's 151 MB fc6 at 12-13 GB/s), and counting them
 put alexnet at batch 1 at +34% and +54%. Re-predicting the slow VM's recorded held-out zoo
 evaluations (1 thread; three profiles against two measurement sessions, five pairs) without them:
 MAPE 5.8, 8.1, 5.4, 10.3 and 6.3% where counting them gave 7.0, 9.3, 5.5, 11.6 and 7.4%, and
 alexnet at batch 1 +10%/+18%; the zoo's own leave-one-family-out MAPE stayed 5.5/5.5/3.9%.
+Nor are they in the memory-traffic term: re-predicting 14 recorded held-out zoo evaluations
+from the profiles of the slow VM (10 at 1 thread, 4 at 2) with and without them, MAPE was lower
+or equal on every one (2-thread profile of 12-02 08:54: 4.21% -> 3.89%, within 10% 88% -> 90%;
+alexnet at batch 1 +16%/+26% -> +8%/+14%); only fits that keep the term change.
 
 Which terms are fitted depends on how many settings there are (`select_terms`). A full profile's
 zoo (56-59 settings) fits all five, each kept >= 0. A short one (the quickstart's 5-10 settings)
@@ -75,10 +79,10 @@ class ModelRow:
     flops: float
     roofline_s: float
     measured_share: float
-    traffic_s: float = 0.0  # bytes moved by the timed ops / the device's copy bandwidth
+    traffic_s: float = 0.0  # bytes moved by the timed ops / the copy bandwidth (_traffic_s)
     weights_s: float = 0.0  # weight bytes re-read from DRAM each pass / the copy bandwidth
     dtype: str = "float32"
-    large_traffic_s: float = 0.0  # traffic of ops over timer.flush_bytes (Predictor._large_traffic_s)
+    large_traffic_s: float = 0.0  # traffic of ops over timer.flush_bytes (Predictor._traffic_s)
 
     @property
     def terms(self) -> tuple[float, float, float, float, float]:

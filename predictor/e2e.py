@@ -36,8 +36,9 @@ SOURCES = ("measured", "interpolated", "model", "free", "fallback")
 CORRECTION_CACHE = "e2e_fit"
 # per_family entries that are correction terms, not op families
 CORRECTION_TERMS = ("op_overhead", "memory_traffic", "weight_reload", "large_op_traffic")
-CORRECTION_VERSION = 12  # bump when ModelRow or the correction formula changes (11: the
-# large-op traffic leaves out the weights of ops over the LLC; 12: contended timings left out)
+CORRECTION_VERSION = 13  # bump when ModelRow or the correction formula changes (11: the
+# large-op traffic leaves out the weights of ops over the LLC; 12: contended timings left out;
+# 13: so does the memory traffic)
 ProgressFn = Callable[[str], None]
 
 
@@ -69,9 +70,9 @@ class Prediction:
     correction: dict
     sum_ops_ms: float
     roofline_ms: float
-    traffic_ms: float = 0.0  # bytes moved by the timed ops at the device's copy bandwidth
+    traffic_ms: float = 0.0  # bytes moved by the timed ops at the copy bandwidth (_traffic_s)
     weights_ms: float = 0.0  # weight bytes re-read from DRAM each pass, at the copy bandwidth
-    large_traffic_ms: float = 0.0  # traffic of ops over timer.flush_bytes (Predictor._large_traffic_s)
+    large_traffic_ms: float = 0.0  # traffic of ops over timer.flush_bytes (Predictor._traffic_s)
     inputs: list[str] = field(default_factory=list)
     capture_s: float | None = None
     notes: list[str] = field(default_factory=list)
@@ -350,19 +351,22 @@ class Predictor:
                      if e.family != "data" and b <= self._llc_bytes)
         return nbytes / self._bytes_per_s
 
-    def _large_traffic_s(self, timed: list[tuple[OpRecord, OpEstimate]],
-                         op_bytes: Sequence[float]) -> float:
-        """Bytes moved by the ops over the timing's cache flush, at the copy bandwidth (the
-        large-op traffic term, correction.py) - less the weights of ops larger than the LLC:
-        timed alone, those stream their weights from DRAM already, and inside a model they do
-        no worse. Counted whole, alexnet's 151 MB fc6 weights put 15 ms of traffic on top of a
-        linear measured at DRAM speed, and batch 1 came out at +34% and +54%. Gathers (the data
-        family) keep all their bytes: they read a few rows of their table, not all of it."""
+    def _traffic_s(self, timed: list[tuple[OpRecord, OpEstimate]], op_bytes: Sequence[float],
+                   over: float = 0.0) -> float:
+        """Bytes moved by the timed ops of more than `over` bytes, at the copy bandwidth: the
+        memory-traffic term (all ops) and the large-op traffic term (ops over the timing's cache
+        flush, `over=self._large_op_bytes`; correction.py). Less the weights of ops larger than
+        the LLC: timed alone, those stream their weights from DRAM already, and inside a model
+        they do no worse. Counted whole in the large-op term, alexnet's 151 MB fc6 weights put
+        15 ms of traffic on top of a linear measured at DRAM speed, and batch 1 came out at +34%
+        and +54%; counted in the memory-traffic term, +16% and +26% (2 threads; +8% and +14%
+        without). Gathers (the data family) keep all their bytes: they read a few rows of their
+        table, not all of it."""
         nbytes = 0.0
         for (r, e), b in zip(timed, op_bytes, strict=True):
-            if b > self._large_op_bytes:
-                streams_weights = b > self._llc_bytes and e.family != "data"
-                nbytes += max(b - r.weight_bytes, 0.0) if streams_weights else b
+            if b > over:
+                streamed = b > self._llc_bytes and e.family != "data"
+                nbytes += max(b - r.weight_bytes, 0.0) if streamed else b
         return nbytes / self._bytes_per_s
 
     # ---------------------------------------------------------------------------- assembling
@@ -376,9 +380,9 @@ class Predictor:
         timed = [(r, e) for r, e in zip(records, est, strict=True) if e.source != "free"]
         sum_s = sum(e.p50_s for _, e in timed)
         op_bytes = [ops.bytes_of(r) for r, _ in timed]
-        traffic_s = sum(op_bytes) / self._bytes_per_s
+        traffic_s = self._traffic_s(timed, op_bytes)
         weights_s = self._weights_s(timed, op_bytes)
-        large_s = self._large_traffic_s(timed, op_bytes)
+        large_s = self._traffic_s(timed, op_bytes, over=self._large_op_bytes)
         total_s = correction.apply(sum_s, len(timed), traffic_s, weights_s, large_s)
         lo_s, hi_s = self._interval(total_s, sum_s, [e for _, e in timed], correction)
         per_family: dict[str, float] = defaultdict(float)

@@ -121,9 +121,10 @@ def test_large_op_traffic_counts_only_ops_over_the_flush_size(db_path, tmp_path,
     assert sum(p.per_family.values()) == pytest.approx(p.p50_ms)
 
 
-def test_large_op_traffic_leaves_out_the_weights_of_ops_over_the_llc(db_path, tmp_path):
+def test_traffic_terms_leave_out_the_weights_of_ops_over_the_llc(db_path, tmp_path):
     """Timed alone, a linear whose weights exceed the LLC streams them from DRAM already: only
-    its activations count as extra traffic (alexnet's 151 MB fc6 put it at +54% before). An op
+    its activations count as extra traffic, in both traffic terms (alexnet's 151 MB fc6 put it
+    at +54% before). An op
     whose weights fit keeps all its bytes, and so does a gather over the LLC: it reads a few
     rows of its table, not the table."""
     def linear(n_in: int, n_out: int, module: str) -> OpRecord:
@@ -147,6 +148,7 @@ def test_large_op_traffic_leaves_out_the_weights_of_ops_over_the_llc(db_path, tm
     p = pred.predict_ops([big, mid, gather])
     expected = ops.bytes_of(big) - big.weight_bytes + ops.bytes_of(mid) + ops.bytes_of(gather)
     assert p.large_traffic_ms == pytest.approx(expected / (PEAKS["gbps"] * 1e9) * 1e3)
+    assert p.traffic_ms == pytest.approx(p.large_traffic_ms)  # all three are over 1 MiB
 
 
 def test_a_config_measured_at_two_batch_sizes_is_interpolated_between_them(tmp_path,
