@@ -21,6 +21,7 @@ import numpy as np
 
 from kernels_db.store import SOURCE_PRIORITY, KernelDB, settings_key
 from profilers import isolate, sampling, zoo
+from profilers.contention import Meter
 from profilers.errors import HwlatError
 
 ProgressFn = Callable[[str, float], None]
@@ -58,6 +59,9 @@ class ProfileReport:
     models_untimed: int = 0  # zoo settings short of their end-to-end timings (E2E_PASSES)
     models_contended_now: int = 0  # of the run's end-to-end timings, taken beside other work
     others_cores_max: float | None = None  # the most cores other processes took in one of them
+    ops_contended_now: int = 0  # of the run's op timings, taken beside other work (_Metered)
+    ops_others_cores_max: float | None = None  # the most cores others took over metered op timings
+    ops_retimed_now: int = 0  # op configs timed again as every timing ran beside other work
     noise_median: float | None = None
     status: str = "done"
     phases: dict[str, float] = field(default_factory=dict)
@@ -259,15 +263,48 @@ def _with_telemetry(timed, device: str):
                "throttled": after.throttled or bool(warnings), "remeasured": False}
 
 
+class _Metered:
+    """Meters consecutive op timings with `profilers.contention` and records the reading with
+    them (`KernelDB.annotate_cpu_use`). One op is often timed in a few milliseconds, too short
+    for the kernel's 10 ms ticks, so a reading covers the timings of at least
+    `contention.MIN_WINDOW_S`; a few timed last, in a shorter window, stay unknown."""
+
+    def __init__(self, db: KernelDB, threads: int | None) -> None:
+        self.db, self.threads = db, threads
+        self.meter, self.ids = Meter(), []
+
+    def timed(self, measurement_id: int) -> None:
+        self.ids.append(measurement_id)
+        use = self.meter.stop()
+        if use is not None:
+            self.db.annotate_cpu_use(self.ids, use, self.threads)
+            self.meter, self.ids = Meter(), []
+
+
+def _time_config(db: KernelDB, row, run_id: str, settings: ProfileSettings, flusher,
+                 threads: int, metered: _Metered) -> bool:
+    """Time one claimed config and store it; False if it failed (marked, not retried)."""
+    from profilers.oprecord import OpRecord
+
+    record = OpRecord.from_json(row.record)
+    try:
+        m, tel = _measure_config(record, settings.device, flusher, threads)
+    except Exception as exc:  # noqa: BLE001 - one bad config must not stop a run
+        db.mark_failed(row.id, run_id, f"{type(exc).__name__}: {exc}"[:300])
+        return False
+    metered.timed(db.add_measurement(row.id, run_id, m.samples_s, flushed=flusher is not None,
+                                     threads=threads, noisy=m.is_noisy, telemetry=tel))
+    return True
+
+
 def measure_configs(db: KernelDB, device_id: str, run_id: str, settings: ProfileSettings,
                     deadline: _Deadline, flusher, threads: int, *, max_priority: int | None = None,
                     below: int = 1, progress: ProgressFn | None = None) -> int:
     """Claim and time configs with fewer than `below` measurements (1: unmeasured ones) until
     none are left or the deadline passes."""
-    from profilers.oprecord import OpRecord
-
     done = 0
     verb = "timing" if below <= 1 else "re-timing"
+    metered = _Metered(db, threads)
     while deadline.left() > 0:
         batch = db.claim_unmeasured(device_id, run_id, settings.claim_batch,
                                     max_priority=max_priority, below=below)
@@ -276,18 +313,33 @@ def measure_configs(db: KernelDB, device_id: str, run_id: str, settings: Profile
         for row in batch:
             if deadline.left() <= 0:
                 break
-            record = OpRecord.from_json(row.record)
-            try:
-                m, tel = _measure_config(record, settings.device, flusher, threads)
-            except Exception as exc:  # noqa: BLE001 - one bad config must not stop a run
-                db.mark_failed(row.id, run_id, f"{type(exc).__name__}: {exc}"[:300])
-                continue
-            db.add_measurement(row.id, run_id, m.samples_s, flushed=flusher is not None,
-                               threads=threads, noisy=m.is_noisy, telemetry=tel)
+            if _time_config(db, row, run_id, settings, flusher, threads, metered):
+                done += 1
+                if progress:
+                    progress(f"{verb} {row.family} ({row.source})", deadline.fraction())
+        db.release_claims(run_id)
+    return done
+
+
+def retime_contended(db: KernelDB, device_id: str, run_id: str, settings: ProfileSettings,
+                     deadline: _Deadline, flusher, threads: int,
+                     progress: ProgressFn | None = None) -> int:
+    """Time once more each op config whose every timing ran beside other work (this run's or
+    an earlier one's), while time is left; returns how many were timed. The faster timing of a
+    config is the one the predictor uses (`kernels_db.store._pooled`), and a neighbour only
+    slows a timing down: at 1 thread on the 2-vCPU VM a memory copy on the other core slowed
+    models 1.18-1.63x, at 2 threads one busy neighbour 2.1-4.0x (`profilers.contention`). Each
+    config is tried once per call, so a machine that stays busy cannot hold a profile here."""
+    metered = _Metered(db, threads)
+    done = 0
+    for row in db.contended_configs(device_id):
+        if deadline.left() <= 0:
+            break
+        if _time_config(db, row, run_id, settings, flusher, threads, metered):
             done += 1
             if progress:
-                progress(f"{verb} {row.family} ({row.source})", deadline.fraction())
-        db.release_claims(run_id)
+                progress(f"re-timing {row.family} (timed beside other work)",
+                         deadline.fraction())
     return done
 
 
@@ -608,6 +660,8 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
             report.phases["sampling_s"] = time.monotonic() - t
             t = time.monotonic()
             deadline.keep_back(e2e_reserve_s)
+            report.ops_retimed_now = retime_contended(db, device_id, run_id, settings, deadline,
+                                                      flusher, fp.threads, progress=progress)
             report.zoo_retimed_now = measure_configs(db, device_id, run_id, settings, deadline,
                                                      flusher, fp.threads, max_priority=0, below=2,
                                                      progress=progress)
@@ -633,6 +687,7 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
     report.models_contended_now = sum(m.contended for m in mine)
     report.others_cores_max = max((m.others_cores for m in mine if m.others_cores is not None),
                                   default=None)
+    report.ops_contended_now, report.ops_others_cores_max = db.run_contention(run_id)
     if settings.e2e:
         report.models_untimed = len(pending_models(
             db, device_id, settings, fp.threads, below=E2E_PASSES if second_pass else 1))

@@ -721,6 +721,48 @@ class KernelDB:
             conn.execute("DELETE FROM claims WHERE config_id = ?", (config_id,))
             return cur.lastrowid
 
+    def annotate_cpu_use(self, measurement_ids: Sequence[int], use: CpuUse,
+                         threads: int | None) -> None:
+        """Record in these op timings' telemetry what other processes used of the CPUs while
+        they ran (one reading over all of them) and whether that was enough to slow them
+        (`CpuUse.contended`); `contended_configs` and `run_contention` read it back."""
+        reading = {**use.to_stats(), "contended": use.contended(threads)}
+        with self.transaction() as conn:
+            for mid in measurement_ids:
+                row = conn.execute("SELECT telemetry_json FROM measurements WHERE id = ?",
+                                   (mid,)).fetchone()
+                if row is not None:
+                    telemetry = {**(_loads(row["telemetry_json"]) or {}), "cpu_use": reading}
+                    conn.execute("UPDATE measurements SET telemetry_json = ? WHERE id = ?",
+                                 (_dumps(telemetry), mid))
+
+    def contended_configs(self, device_id: str) -> list[ConfigRow]:
+        """The device's op configs every timing of which ran beside other work, in priority
+        order: the profile times them once more (`kernels_db.build.retime_contended`)."""
+        rows = self._query(
+            "SELECT c.*, m.telemetry_json AS telemetry FROM op_configs c JOIN measurements m"
+            " ON m.config_id = c.id WHERE c.device_id = ? AND c.skip_reason IS NULL"
+            " ORDER BY c.priority, c.id", (device_id,))
+        configs: dict[int, sqlite3.Row] = {}
+        quiet: set[int] = set()
+        for r in rows:
+            configs.setdefault(r["id"], r)
+            if not _op_timing_contended(r["telemetry"]):
+                quiet.add(r["id"])
+        return [_config_row(r) for i, r in configs.items() if i not in quiet]
+
+    def run_contention(self, run_id: str) -> tuple[int, float | None]:
+        """(how many of the run's op timings ran beside other work, the most cores others
+        took during one of them; None where none was metered)."""
+        flagged, most = 0, None
+        for r in self._query("SELECT telemetry_json FROM measurements WHERE run_id = ?",
+                             (run_id,)):
+            reading = (_loads(r["telemetry_json"]) or {}).get("cpu_use")
+            if reading:
+                flagged += bool(reading.get("contended"))
+                most = max(most or 0.0, float(reading["others_cores"]))
+        return flagged, most
+
     def measured(self, device_id: str, *, family: str | None = None,
                  op: str | None = None) -> list[MeasuredConfig]:
         """Every measured config of the device, several timings of one config as one (`_pooled`)."""
@@ -820,6 +862,12 @@ def _config_row(r: sqlite3.Row) -> ConfigRow:
 
 
 POOLING = "fastest"  # how several timings of one config combine (`_pooled`); in the state token
+
+
+def _op_timing_contended(telemetry_json: str | None) -> bool:
+    """Whether an op timing was flagged as taken beside other work (unknown: not)."""
+    reading = (_loads(telemetry_json) or {}).get("cpu_use")
+    return bool(reading and reading.get("contended"))
 
 
 def _pooled(rows: list[sqlite3.Row]) -> MeasuredConfig:

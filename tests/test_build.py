@@ -189,6 +189,71 @@ def test_a_timing_beside_other_work_does_not_count_and_is_timed_again_first(tmp_
     assert report.models_untimed == 1  # the 160 px setting has one timing that counts
 
 
+def test_op_timings_beside_other_work_are_flagged_and_timed_again(tmp_path, monkeypatch):
+    """Op timings are metered in windows long enough for the kernel's ticks (the first window
+    here is too short, so it takes in the second timing too); timings taken while others shared
+    the cores are recorded as such, a config timed only that way is timed once more before the
+    profile ends, and the report says so."""
+    from types import SimpleNamespace
+
+    from kernels_db import build
+    from kernels_db.store import KernelDB
+    from profilers.contention import CpuUse
+
+    clock, timed = [0.0], []
+
+    def fake_measure(record, device, flusher, threads):
+        clock[0] += 1.0
+        timed.append(record.key)
+        return SimpleNamespace(samples_s=[1e-5] * 3, is_noisy=False), None
+
+    class FakeMeter:  # a neighbour on the other of 2 CPUs during the first four timings
+        def stop(self):
+            if len(timed) == 1:
+                return None
+            return CpuUse(1.0 if len(timed) <= 4 else 0.01, 2, 1.0)
+
+    monkeypatch.setattr(build, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(build, "_measure_config", fake_measure)
+    monkeypatch.setattr(build, "Meter", FakeMeter)
+    settings = build.ProfileSettings(threads=1, budget_s=120, models=("torchvision:resnet18",),
+                                     batches=(1,), e2e=False, random_per_family=3)
+    with KernelDB.open(tmp_path / "k.db") as db:
+        report = build.profile_device(db, settings)
+        assert db.contended_configs(report.device_id) == []
+        first = {c.key: c.id for c in db.configs(report.device_id)}
+        flagged = [db.samples(first[k]) for k in timed[:4]]
+    assert report.ops_contended_now == 4 and report.ops_others_cores_max == 1.0
+    assert report.ops_retimed_now == 4
+    assert [len(s) for s in flagged] == [6, 6, 6, 6]  # timed twice: 3 samples each time
+    assert [Counter(timed)[k] for k in timed[:4]] == [2, 2, 2, 2]
+
+
+def test_the_op_timings_flagged_are_recorded_with_their_reading(tmp_path):
+    """The reading goes into each timing's telemetry beside what is there (a GPU's NVML
+    snapshots), and a config with one quiet timing is not timed again."""
+    from kernels_db.store import KernelDB
+    from profilers.contention import CpuUse
+
+    with KernelDB.open(tmp_path / "k.db") as db:
+        db.upsert_device({"cpu": "test"}, device_id="d", kind="cpu", threads=1)
+        db.add_configs("d", [(f"k{i}", "aten.add.Tensor", "eltwise", "float32", "random",
+                              {"op": "aten.add.Tensor", "i": i}) for i in range(3)])
+        ids = {c.key: c.id for c in db.configs("d")}
+        run = db.start_run("d", budget_s=None, settings={})
+        m = [db.add_measurement(ids[k], run, [1e-5], flushed=True, threads=1, noisy=False,
+                                telemetry={"throttled": False} if k == "k0" else None)
+             for k in ("k0", "k1", "k2", "k1")]
+        db.annotate_cpu_use(m[:3], CpuUse(0.9, 2, 0.5), threads=1)
+        db.annotate_cpu_use(m[3:], CpuUse(0.0, 2, 0.3), threads=1)
+        telemetry = json.loads(db._query("SELECT telemetry_json FROM measurements WHERE id = ?",
+                                         (m[0],))[0]["telemetry_json"])
+        assert telemetry == {"throttled": False, "cpu_use": {
+            "others_cores": 0.9, "cpus": 2, "window_s": 0.5, "contended": True}}
+        assert [c.key for c in db.contended_configs("d")] == ["k0", "k2"]
+        assert db.run_contention(run) == (3, 0.9)
+
+
 def test_end_to_end_passes_go_round_the_models(tmp_path):
     """A pass cut short must not leave out the zoo's last models whole (those then got only a
     second-pass timing, in a slow spell, and skewed the correction)."""
@@ -346,6 +411,16 @@ def test_the_contended_line_counts_timings_beside_other_work_and_says_what_to_do
         "the fit leaves them out while enough others are quiet, and the next `hwlat profile` "
         "times those models again first: run it on an idle machine")
     assert contended_line(replace(report, models_contended_now=0)) is None
+    ops = replace(report, models_contended_now=0, measured_now=500, zoo_retimed_now=40,
+                  ops_retimed_now=12, ops_contended_now=30, ops_others_cores_max=0.96)
+    assert contended_line(ops) == (
+        "30 of 552 op timings ran while other processes kept up to 1.0 cores busy; 12 configs "
+        "timed only that way were timed again at the end (the faster timing counts), and the "
+        "next `hwlat profile` times any left again: run it on an idle machine")
+    assert contended_line(replace(ops, models_contended_now=7)).startswith(
+        "7 of 40 end-to-end model timings ran while other processes kept up to 1.3 cores busy;"
+        " the fit leaves them out while enough others are quiet, and the next `hwlat profile` "
+        "times those models again first; 30 of 552 op timings")
 
 
 def _profile_on_a_fake_clock(tmp_path, monkeypatch, budget_s: float, zoo_share: float):

@@ -63,13 +63,22 @@ def profile(ctx, device, threads, budget, name, dtypes, models, added, batches, 
 
 
 def contended_line(report) -> str | None:
-    """A warning when other processes shared the cores during this run's end-to-end timings."""
-    if not report.models_contended_now:
-        return None
-    return (f"{report.models_contended_now} of {report.models_measured_now} end-to-end model "
+    """A warning when other processes shared the cores during this run's timings."""
+    parts = []
+    if report.models_contended_now:
+        parts.append(
+            f"{report.models_contended_now} of {report.models_measured_now} end-to-end model "
             f"timings ran while other processes kept up to {report.others_cores_max:.1f} cores "
             "busy; the fit leaves them out while enough others are quiet, and the next `hwlat "
-            "profile` times those models again first: run it on an idle machine")
+            "profile` times those models again first")
+    if report.ops_contended_now:
+        timed = report.measured_now + report.zoo_retimed_now + report.ops_retimed_now
+        parts.append(
+            f"{report.ops_contended_now} of {timed} op timings ran while other processes kept "
+            f"up to {report.ops_others_cores_max:.1f} cores busy; {report.ops_retimed_now} "
+            "configs timed only that way were timed again at the end (the faster timing "
+            "counts), and the next `hwlat profile` times any left again")
+    return "; ".join(parts) + ": run it on an idle machine" if parts else None
 
 
 def untimed_line(report) -> str | None:
