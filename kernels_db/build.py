@@ -61,7 +61,7 @@ class ProfileReport:
     others_cores_max: float | None = None  # the most cores other processes took in one of them
     ops_contended_now: int = 0  # of the run's op timings, taken beside other work (_Metered)
     ops_others_cores_max: float | None = None  # the most cores others took over metered op timings
-    ops_retimed_now: int = 0  # op configs timed again as every timing ran beside other work
+    ops_retimed_now: int = 0  # op configs timed a second time as the first ran beside other work
     noise_median: float | None = None
     status: str = "done"
     phases: dict[str, float] = field(default_factory=dict)
@@ -267,7 +267,7 @@ class _Metered:
     """Meters consecutive op timings with `profilers.contention` and records the reading with
     them (`KernelDB.annotate_cpu_use`). One op is often timed in a few milliseconds, too short
     for the kernel's 10 ms ticks, so a reading covers the timings of at least
-    `contention.MIN_WINDOW_S`; a few timed last, in a shorter window, stay unknown."""
+    `contention.MIN_WINDOW_S`; those a call times last, in a shorter window, stay unknown."""
 
     def __init__(self, db: KernelDB, threads: int | None) -> None:
         self.db, self.threads = db, threads
@@ -299,15 +299,25 @@ def _time_config(db: KernelDB, row, run_id: str, settings: ProfileSettings, flus
 
 def measure_configs(db: KernelDB, device_id: str, run_id: str, settings: ProfileSettings,
                     deadline: _Deadline, flusher, threads: int, *, max_priority: int | None = None,
-                    below: int = 1, progress: ProgressFn | None = None) -> int:
+                    below: int = 1, contended: bool = False,
+                    progress: ProgressFn | None = None) -> int:
     """Claim and time configs with fewer than `below` measurements (1: unmeasured ones) until
-    none are left or the deadline passes."""
+    none are left or the deadline passes; with `contended`, instead the configs timed once,
+    beside other work, a second time.
+
+    Every timing is metered for other processes' CPU use (`_Metered`). A neighbour only slows a
+    timing down (at 1 thread on the 2-vCPU VM a memory copy on the other core slowed models
+    1.18-1.63x, at 2 threads one busy neighbour 2.1-4.0x; `profilers.contention`), and of a
+    config's timings the predictor uses the faster (`kernels_db.store._pooled`): so a contended
+    one is timed once more, and never a third time, so a machine that stays busy cannot hold a
+    profile in re-timing."""
     done = 0
-    verb = "timing" if below <= 1 else "re-timing"
+    verb = "timing" if below <= 1 and not contended else "re-timing"
+    what = " timed beside other work" if contended else ""
     metered = _Metered(db, threads)
     while deadline.left() > 0:
         batch = db.claim_unmeasured(device_id, run_id, settings.claim_batch,
-                                    max_priority=max_priority, below=below)
+                                    max_priority=max_priority, below=below, contended=contended)
         if not batch:
             break
         for row in batch:
@@ -316,30 +326,8 @@ def measure_configs(db: KernelDB, device_id: str, run_id: str, settings: Profile
             if _time_config(db, row, run_id, settings, flusher, threads, metered):
                 done += 1
                 if progress:
-                    progress(f"{verb} {row.family} ({row.source})", deadline.fraction())
+                    progress(f"{verb} {row.family} ({row.source}{what})", deadline.fraction())
         db.release_claims(run_id)
-    return done
-
-
-def retime_contended(db: KernelDB, device_id: str, run_id: str, settings: ProfileSettings,
-                     deadline: _Deadline, flusher, threads: int,
-                     progress: ProgressFn | None = None) -> int:
-    """Time once more each op config whose every timing ran beside other work (this run's or
-    an earlier one's), while time is left; returns how many were timed. The faster timing of a
-    config is the one the predictor uses (`kernels_db.store._pooled`), and a neighbour only
-    slows a timing down: at 1 thread on the 2-vCPU VM a memory copy on the other core slowed
-    models 1.18-1.63x, at 2 threads one busy neighbour 2.1-4.0x (`profilers.contention`). Each
-    config is tried once per call, so a machine that stays busy cannot hold a profile here."""
-    metered = _Metered(db, threads)
-    done = 0
-    for row in db.contended_configs(device_id):
-        if deadline.left() <= 0:
-            break
-        if _time_config(db, row, run_id, settings, flusher, threads, metered):
-            done += 1
-            if progress:
-                progress(f"re-timing {row.family} (timed beside other work)",
-                         deadline.fraction())
     return done
 
 
@@ -648,6 +636,9 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
                                 RETIME_OF_LEFT * max(deadline.left(), 0.0))
             deadline.keep_back(e2e_reserve_s + zoo_reserve_s)
             t = time.monotonic()
+            report.ops_retimed_now += measure_configs(  # this run's zoo's and earlier runs'
+                db, device_id, run_id, settings, deadline, flusher, fp.threads, contended=True,
+                progress=progress)
             report.measured_now += measure_configs(db, device_id, run_id, settings, deadline,
                                                    flusher, fp.threads, progress=progress)
             round_no, empty = 100 * len(db.runs(device_id)), 0
@@ -660,8 +651,9 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
             report.phases["sampling_s"] = time.monotonic() - t
             t = time.monotonic()
             deadline.keep_back(e2e_reserve_s)
-            report.ops_retimed_now = retime_contended(db, device_id, run_id, settings, deadline,
-                                                      flusher, fp.threads, progress=progress)
+            report.ops_retimed_now += measure_configs(  # the sampling's, before the zoo's
+                db, device_id, run_id, settings, deadline, flusher, fp.threads, contended=True,
+                progress=progress)
             report.zoo_retimed_now = measure_configs(db, device_id, run_id, settings, deadline,
                                                      flusher, fp.threads, max_priority=0, below=2,
                                                      progress=progress)

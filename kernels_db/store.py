@@ -653,10 +653,11 @@ class KernelDB:
 
     def claim_unmeasured(self, device_id: str, run_id: str, limit: int, *,
                          sources: Sequence[str] | None = None, max_priority: int | None = None,
-                         order: str = "priority", below: int = 1,
+                         order: str = "priority", below: int = 1, contended: bool = False,
                          claim_ttl_s: float = CLAIM_TTL_S) -> list[ConfigRow]:
         """Atomically claim up to `limit` configs with fewer than `below` measurements (1: none
-        yet; 2: a second timing) and no live claim.
+        yet; 2: a second timing) and no live claim; with `contended`, instead those timed once,
+        beside other work (`annotate_cpu_use`), for a second timing.
 
         Live claims are those of 'running' runs whose process still exists (provable on this host
         only) and younger than `claim_ttl_s`; all others are taken over. `order` is 'priority'
@@ -666,12 +667,17 @@ class KernelDB:
         order_sql = {"priority": "c.priority, c.id", "random": "random()"}.get(order)
         if order_sql is None:
             raise ValueError(f"order must be 'priority' or 'random', not {order!r}")
+        if contended:
+            timings = (" AND (SELECT COUNT(*) FROM measurements m WHERE m.config_id = c.id) = 1"
+                       " AND EXISTS (SELECT 1 FROM measurements m WHERE m.config_id = c.id AND"
+                       " json_extract(m.telemetry_json, '$.cpu_use.contended') = 1)")
+        elif below <= 1:
+            timings = " AND NOT EXISTS (SELECT 1 FROM measurements m WHERE m.config_id = c.id)"
+        else:
+            timings = " AND (SELECT COUNT(*) FROM measurements m WHERE m.config_id = c.id) < ?"
         sql = ("SELECT c.* FROM op_configs c WHERE c.device_id = ? AND c.skip_reason IS NULL"
-               + (" AND NOT EXISTS (SELECT 1 FROM measurements m WHERE m.config_id = c.id)"
-                  if below <= 1 else
-                  " AND (SELECT COUNT(*) FROM measurements m WHERE m.config_id = c.id) < ?")
-               + " AND NOT EXISTS (SELECT 1 FROM claims k WHERE k.config_id = c.id)")
-        params: list[Any] = [device_id] + ([int(below)] if below > 1 else [])
+               + timings + " AND NOT EXISTS (SELECT 1 FROM claims k WHERE k.config_id = c.id)")
+        params: list[Any] = [device_id] + ([int(below)] if below > 1 and not contended else [])
         if sources is not None:
             sql += f" AND c.source IN ({','.join('?' * len(sources))})"
             params += list(sources)
@@ -725,7 +731,8 @@ class KernelDB:
                          threads: int | None) -> None:
         """Record in these op timings' telemetry what other processes used of the CPUs while
         they ran (one reading over all of them) and whether that was enough to slow them
-        (`CpuUse.contended`); `contended_configs` and `run_contention` read it back."""
+        (`CpuUse.contended`); `claim_unmeasured(contended=True)` and `run_contention` read it
+        back."""
         reading = {**use.to_stats(), "contended": use.contended(threads)}
         with self.transaction() as conn:
             for mid in measurement_ids:
@@ -735,21 +742,6 @@ class KernelDB:
                     telemetry = {**(_loads(row["telemetry_json"]) or {}), "cpu_use": reading}
                     conn.execute("UPDATE measurements SET telemetry_json = ? WHERE id = ?",
                                  (_dumps(telemetry), mid))
-
-    def contended_configs(self, device_id: str) -> list[ConfigRow]:
-        """The device's op configs every timing of which ran beside other work, in priority
-        order: the profile times them once more (`kernels_db.build.retime_contended`)."""
-        rows = self._query(
-            "SELECT c.*, m.telemetry_json AS telemetry FROM op_configs c JOIN measurements m"
-            " ON m.config_id = c.id WHERE c.device_id = ? AND c.skip_reason IS NULL"
-            " ORDER BY c.priority, c.id", (device_id,))
-        configs: dict[int, sqlite3.Row] = {}
-        quiet: set[int] = set()
-        for r in rows:
-            configs.setdefault(r["id"], r)
-            if not _op_timing_contended(r["telemetry"]):
-                quiet.add(r["id"])
-        return [_config_row(r) for i, r in configs.items() if i not in quiet]
 
     def run_contention(self, run_id: str) -> tuple[int, float | None]:
         """(how many of the run's op timings ran beside other work, the most cores others
@@ -862,12 +854,6 @@ def _config_row(r: sqlite3.Row) -> ConfigRow:
 
 
 POOLING = "fastest"  # how several timings of one config combine (`_pooled`); in the state token
-
-
-def _op_timing_contended(telemetry_json: str | None) -> bool:
-    """Whether an op timing was flagged as taken beside other work (unknown: not)."""
-    reading = (_loads(telemetry_json) or {}).get("cpu_use")
-    return bool(reading and reading.get("contended"))
 
 
 def _pooled(rows: list[sqlite3.Row]) -> MeasuredConfig:

@@ -53,7 +53,10 @@ def profile(ctx, device, threads, budget, name, dtypes, models, added, batches, 
     noise = f"{report.noise_median:.1%}" if report.noise_median is not None else "unknown"
     stderr.print(
         f"[bold]{report.device_id}[/]: measured {report.measured_now} op configs (and re-timed "
-        f"{report.zoo_retimed_now} training-zoo ones), {report.models_measured_now} end-to-end "
+        f"{report.zoo_retimed_now} training-zoo ones"
+        + (f" and {report.ops_retimed_now} first timed beside other work"
+           if report.ops_retimed_now else "")
+        + f"), {report.models_measured_now} end-to-end "
         f"model timings in {report.elapsed_s:.0f} s; training-zoo configs "
         f"covered {report.zoo_measured}/{report.zoo_configs}; median IQR/median {noise}.")
     if line := contended_line(report):
@@ -75,9 +78,9 @@ def contended_line(report) -> str | None:
         timed = report.measured_now + report.zoo_retimed_now + report.ops_retimed_now
         parts.append(
             f"{report.ops_contended_now} of {timed} op timings ran while other processes kept "
-            f"up to {report.ops_others_cores_max:.1f} cores busy; {report.ops_retimed_now} "
-            "configs timed only that way were timed again at the end (the faster timing "
-            "counts), and the next `hwlat profile` times any left again")
+            f"up to {report.ops_others_cores_max:.1f} cores busy; a config timed once that way "
+            "is timed again later in the run or by the next `hwlat profile`, and the faster "
+            f"timing counts ({report.ops_retimed_now} re-timed in this run)")
     return "; ".join(parts) + ": run it on an idle machine" if parts else None
 
 
