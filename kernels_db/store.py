@@ -654,10 +654,12 @@ class KernelDB:
     def claim_unmeasured(self, device_id: str, run_id: str, limit: int, *,
                          sources: Sequence[str] | None = None, max_priority: int | None = None,
                          order: str = "priority", below: int = 1, contended: bool = False,
+                         earlier_than: str | None = None,
                          claim_ttl_s: float = CLAIM_TTL_S) -> list[ConfigRow]:
         """Atomically claim up to `limit` configs with fewer than `below` measurements (1: none
         yet; 2: a second timing) and no live claim; with `contended`, instead those timed once,
-        beside other work (`annotate_cpu_use`), for a second timing.
+        beside other work (`annotate_cpu_use`), for a second timing (by a run other than
+        `earlier_than`, if given).
 
         Live claims are those of 'running' runs whose process still exists (provable on this host
         only) and younger than `claim_ttl_s`; all others are taken over. `order` is 'priority'
@@ -670,7 +672,8 @@ class KernelDB:
         if contended:
             timings = (" AND (SELECT COUNT(*) FROM measurements m WHERE m.config_id = c.id) = 1"
                        " AND EXISTS (SELECT 1 FROM measurements m WHERE m.config_id = c.id AND"
-                       " json_extract(m.telemetry_json, '$.cpu_use.contended') = 1)")
+                       " json_extract(m.telemetry_json, '$.cpu_use.contended') = 1"
+                       + (" AND m.run_id IS NOT ?)" if earlier_than else ")"))
         elif below <= 1:
             timings = " AND NOT EXISTS (SELECT 1 FROM measurements m WHERE m.config_id = c.id)"
         else:
@@ -678,6 +681,7 @@ class KernelDB:
         sql = ("SELECT c.* FROM op_configs c WHERE c.device_id = ? AND c.skip_reason IS NULL"
                + timings + " AND NOT EXISTS (SELECT 1 FROM claims k WHERE k.config_id = c.id)")
         params: list[Any] = [device_id] + ([int(below)] if below > 1 and not contended else [])
+        params += [earlier_than] if contended and earlier_than else []
         if sources is not None:
             sql += f" AND c.source IN ({','.join('?' * len(sources))})"
             params += list(sources)

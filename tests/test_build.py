@@ -206,8 +206,8 @@ def test_a_timing_beside_other_work_does_not_count_and_is_timed_again_first(tmp_
 def test_op_timings_beside_other_work_are_flagged_and_timed_again(tmp_path, monkeypatch):
     """Op timings are metered in windows long enough for the kernel's ticks (the first window
     here is too short, so it takes in the second timing too); timings taken while others shared
-    the cores are recorded as such, a config timed once that way is timed a second time (here
-    right after the zoo phase) but never a third, and the report says so."""
+    the cores are recorded as such, a config timed once that way is timed a second time (at
+    the end of the run, before the zoo's re-timing) but never a third, and the report says so."""
     from types import SimpleNamespace
 
     from kernels_db import build
@@ -240,7 +240,7 @@ def test_op_timings_beside_other_work_are_flagged_and_timed_again(tmp_path, monk
     assert report.ops_retimed_now == 4
     assert [len(s) for s in flagged] == [6, 6, 6, 6]  # timed twice: 3 samples each time
     assert [Counter(timed)[k] for k in timed[:4]] == [2, 2, 2, 2]  # never a third time
-    assert timed[report.zoo_measured:report.zoo_measured + 4] == timed[:4]  # right after the zoo
+    assert timed[-report.zoo_retimed_now - 4:len(timed) - report.zoo_retimed_now] == timed[:4]
 
 
 def test_the_op_timings_flagged_are_recorded_with_their_reading(tmp_path):
@@ -265,7 +265,9 @@ def test_the_op_timings_flagged_are_recorded_with_their_reading(tmp_path):
         assert telemetry == {"throttled": False, "cpu_use": {
             "others_cores": 0.9, "cpus": 2, "window_s": 0.5, "contended": True}}
         assert db.run_contention(run) == (3, 0.9)
-        claimed = db.claim_unmeasured("d", run, 10, contended=True)
+        assert db.claim_unmeasured("d", run, 10, contended=True, earlier_than=run) == []
+        later = db.start_run("d", budget_s=None, settings={})
+        claimed = db.claim_unmeasured("d", later, 10, contended=True, earlier_than=later)
         assert [c.key for c in claimed] == ["k0", "k2"]  # k1 has a quiet timing
         assert db.claim_unmeasured("d", run, 10, contended=True) == []  # claimed already
 
