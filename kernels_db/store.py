@@ -739,25 +739,19 @@ class KernelDB:
         back."""
         reading = {**use.to_stats(), "contended": use.contended(threads)}
         with self.transaction() as conn:
-            for mid in measurement_ids:
-                row = conn.execute("SELECT telemetry_json FROM measurements WHERE id = ?",
-                                   (mid,)).fetchone()
-                if row is not None:
-                    telemetry = {**(_loads(row["telemetry_json"]) or {}), "cpu_use": reading}
-                    conn.execute("UPDATE measurements SET telemetry_json = ? WHERE id = ?",
-                                 (_dumps(telemetry), mid))
+            conn.executemany(
+                "UPDATE measurements SET telemetry_json = json_set(coalesce(telemetry_json, '{}'),"
+                " '$.cpu_use', json(?)) WHERE id = ?",
+                [(_dumps(reading), mid) for mid in measurement_ids])
 
     def run_contention(self, run_id: str) -> tuple[int, float | None]:
         """(how many of the run's op timings ran beside other work, the most cores others
         took during one of them; None where none was metered)."""
-        flagged, most = 0, None
-        for r in self._query("SELECT telemetry_json FROM measurements WHERE run_id = ?",
-                             (run_id,)):
-            reading = (_loads(r["telemetry_json"]) or {}).get("cpu_use")
-            if reading:
-                flagged += bool(reading.get("contended"))
-                most = max(most or 0.0, float(reading["others_cores"]))
-        return flagged, most
+        row = self._query(
+            "SELECT coalesce(sum(json_extract(telemetry_json, '$.cpu_use.contended')), 0) AS n,"
+            " max(json_extract(telemetry_json, '$.cpu_use.others_cores')) AS most"
+            " FROM measurements WHERE run_id = ?", (run_id,))[0]
+        return int(row["n"]), row["most"]
 
     def measured(self, device_id: str, *, family: str | None = None,
                  op: str | None = None) -> list[MeasuredConfig]:
