@@ -441,6 +441,40 @@ def test_the_contended_line_counts_timings_beside_other_work_and_says_what_to_do
         "times those models again first; 30 of 552 op timings")
 
 
+def test_pass_spread_compares_a_settings_quiet_timings_and_the_profile_warns_past_slow_spell(
+        tmp_path):
+    """A setting this run timed twice quietly, 1.78x apart, is a slow spell no CPU accounting
+    saw (the 2-thread profile that over-predicted the held-out zoo by a median 29%); a contended
+    timing and settings this run did not time are not compared."""
+    from hwlat.commands.profile import slow_spell_line
+    from kernels_db import build
+    from kernels_db.store import KernelDB
+    from profilers.contention import CpuUse
+
+    key = {"inputs": ["1x3x224x224"], "threads": 2, "kind": "e2e"}
+    other = {**key, "inputs": ["1x3x160x160"]}
+    busy = CpuUse(1.5, 2, 1.0).to_stats()
+    with KernelDB.open(tmp_path / "k.db") as db:
+        db.upsert_device({"t": 2}, device_id="d", kind="cpu", threads=2)
+        earlier, now = (db.start_run("d", budget_s=60, settings={}) for _ in range(2))
+        assert build.pass_spread(db, "d", now) == (0, None)
+        db.add_model_measurement("d", "tv:a", "a", key, [0.1217] * 3, run_id=now)
+        db.add_model_measurement("d", "tv:a", "a", key, [0.0500] * 3, run_id=now, stats=busy)
+        assert build.pass_spread(db, "d", now) == (0, None)  # the contended one not compared
+        db.add_model_measurement("d", "tv:a", "a", key, [0.0685] * 3, run_id=earlier)
+        db.add_model_measurement("d", "tv:b", "b", other, [0.02] * 3, run_id=earlier)
+        db.add_model_measurement("d", "tv:b", "b", other, [0.03] * 3, run_id=earlier)
+        n, ratio = build.pass_spread(db, "d", now)
+    assert n == 1 and ratio == pytest.approx(0.1217 / 0.0685)  # tv:b: not timed by this run
+
+    report = build.ProfileReport("d", "now", models_timed_twice=n, models_pass_ratio_max=ratio)
+    assert slow_spell_line(report).startswith(
+        "end-to-end timings of the same model setting differ by up to 1.78x (1 settings timed "
+        "twice) with no other process busy: the machine had a slow spell")
+    assert slow_spell_line(replace(report, models_pass_ratio_max=1.04)) is None
+    assert slow_spell_line(replace(report, models_pass_ratio_max=None)) is None
+
+
 def _profile_on_a_fake_clock(tmp_path, monkeypatch, budget_s: float, zoo_share: float):
     """A resnet18 profile on a fake clock: all zoo configs together take `zoo_share` of the
     budget, every other config a second. (report, configs timed, seconds spent re-timing)."""

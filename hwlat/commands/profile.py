@@ -6,7 +6,7 @@ import click
 
 from hwlat.commands.common import duration, json_option, open_db
 from hwlat.output import budget_progress, emit_json, stderr
-from kernels_db.build import ProfileSettings, check_settings, profile_device
+from kernels_db.build import SLOW_SPELL, ProfileSettings, check_settings, profile_device
 
 
 @click.command()
@@ -61,8 +61,22 @@ def profile(ctx, device, threads, budget, name, dtypes, models, added, batches, 
         f"covered {report.zoo_measured}/{report.zoo_configs}; median IQR/median {noise}.")
     if line := contended_line(report):
         stderr.print(f"[yellow]warning:[/] {line}")
+    if line := slow_spell_line(report):
+        stderr.print(f"[yellow]warning:[/] {line}")
     if line := untimed_line(report):
         stderr.print(line)
+
+
+def slow_spell_line(report) -> str | None:
+    """A warning when a setting's quiet end-to-end timings disagree (build.SLOW_SPELL)."""
+    ratio = report.models_pass_ratio_max
+    if ratio is None or ratio < SLOW_SPELL:
+        return None
+    return (f"end-to-end timings of the same model setting differ by up to {ratio:.2f}x "
+            f"({report.models_timed_twice} settings timed twice) with no other process busy: "
+            "the machine had a slow spell, and a setting timed only once in it makes "
+            "predictions run high (each setting's faster timing counts); run `hwlat profile` "
+            "again to time more of them a second time")
 
 
 def contended_line(report) -> str | None:

@@ -6,7 +6,7 @@ import click
 
 from hwlat.commands.common import duration, json_option, open_db
 from hwlat.commands.evaluate import show
-from hwlat.commands.profile import contended_line, untimed_line
+from hwlat.commands.profile import contended_line, slow_spell_line, untimed_line
 from hwlat.output import budget_progress, emit_json, stderr
 from kernels_db.build import ProfileSettings, profile_device
 from predictor.evaluate import EvalCase, evaluate
@@ -38,8 +38,9 @@ def quickstart(ctx, budget, threads, runs, as_json):
             stderr.print(f"profiled {report.device_id}: {report.zoo_measured}/"
                          f"{report.zoo_configs} zoo configs, {report.measured_now} configs timed "
                          f"now; predicting and measuring {len(QUICK_CHECK)} unseen models")
-            if line := contended_line(report):
-                stderr.print(f"[yellow]warning:[/] {line}")
+            for line in (contended_line(report), slow_spell_line(report)):
+                if line:
+                    stderr.print(f"[yellow]warning:[/] {line}")
             if line := untimed_line(report):
                 stderr.print(f"[dim]{line}[/]")
         cases = [EvalCase(spec, ("1x3x224x224",)) for spec in QUICK_CHECK]
