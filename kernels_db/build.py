@@ -13,13 +13,13 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
-from kernels_db.store import SOURCE_PRIORITY, KernelDB, settings_key
+from kernels_db.store import SOURCE_PRIORITY, KernelDB, ModelMeasurement, settings_key
 from profilers import isolate, sampling, zoo
 from profilers.contention import Meter
 from profilers.errors import HwlatError
@@ -388,14 +388,15 @@ every setting timed once more 10.0% (benchmarks/RESULTS.md); its two settings ti
 1.37x and 1.78x apart, against 1.04x and 1.00x in the clean 2- and 1-thread profiles before it."""
 
 
-def pass_spread(db: KernelDB, device_id: str, run_id: str) -> tuple[int, float | None]:
-    """(settings, largest ratio): the zoo settings this run timed that have another quiet
-    end-to-end timing on the device, this run's or an earlier one's, and the largest ratio of a
-    setting's slowest quiet timing to its fastest (None: no such setting)."""
+def pass_spread(timings: Sequence[ModelMeasurement], run_id: str) -> tuple[int, float | None]:
+    """(settings, largest ratio): of a device's end-to-end `timings`, the settings this run timed
+    that have another quiet timing, this run's or an earlier one's (a file model's from another
+    checkout too, as in `fastest_forwards`), and the largest ratio of a setting's slowest quiet
+    timing to its fastest (None: no such setting)."""
     quiet: dict[tuple[str, str], list] = {}
-    for m in db.model_measurements(device_id, kind="e2e"):
+    for m in timings:
         if not m.contended:
-            quiet.setdefault((m.model, m.settings_key), []).append(m)
+            quiet.setdefault((zoo.locate(m.model), m.settings_key), []).append(m)
     ratios = [max(t.median_s for t in ts) / min(t.median_s for t in ts)
               for ts in quiet.values()
               if len(ts) > 1 and any(t.run_id == run_id for t in ts)]
@@ -702,12 +703,13 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
     report.zoo_measured = zoo_keys[0]
     report.zoo_configs = zoo_keys[1]
     report.untimed = db.untimed(device_id)
-    mine = [m for m in db.model_measurements(device_id, kind="e2e") if m.run_id == run_id]
+    timings = db.model_measurements(device_id, kind="e2e")
+    mine = [m for m in timings if m.run_id == run_id]
     report.models_contended_now = sum(m.contended for m in mine)
     report.others_cores_max = max((m.others_cores for m in mine if m.others_cores is not None),
                                   default=None)
     report.ops_contended_now, report.ops_others_cores_max = db.run_contention(run_id)
-    report.models_timed_twice, report.models_pass_ratio_max = pass_spread(db, device_id, run_id)
+    report.models_timed_twice, report.models_pass_ratio_max = pass_spread(timings, run_id)
     if settings.e2e:
         report.models_untimed = len(pending_models(
             db, device_id, settings, fp.threads, below=E2E_PASSES if second_pass else 1))

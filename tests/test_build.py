@@ -449,6 +449,7 @@ def test_pass_spread_compares_a_settings_quiet_timings_and_the_profile_warns_pas
     from hwlat.commands.profile import slow_spell_line
     from kernels_db import build
     from kernels_db.store import KernelDB
+    from profilers import zoo
     from profilers.contention import CpuUse
 
     key = {"inputs": ["1x3x224x224"], "threads": 2, "kind": "e2e"}
@@ -457,15 +458,20 @@ def test_pass_spread_compares_a_settings_quiet_timings_and_the_profile_warns_pas
     with KernelDB.open(tmp_path / "k.db") as db:
         db.upsert_device({"t": 2}, device_id="d", kind="cpu", threads=2)
         earlier, now = (db.start_run("d", budget_s=60, settings={}) for _ in range(2))
-        assert build.pass_spread(db, "d", now) == (0, None)
+        assert build.pass_spread(db.model_measurements("d", kind="e2e"), now) == (0, None)
         db.add_model_measurement("d", "tv:a", "a", key, [0.1217] * 3, run_id=now)
         db.add_model_measurement("d", "tv:a", "a", key, [0.0500] * 3, run_id=now, stats=busy)
-        assert build.pass_spread(db, "d", now) == (0, None)  # the contended one not compared
+        assert build.pass_spread(db.model_measurements("d", kind="e2e"), now) == (0, None)  # the contended one not compared
         db.add_model_measurement("d", "tv:a", "a", key, [0.0685] * 3, run_id=earlier)
         db.add_model_measurement("d", "tv:b", "b", other, [0.02] * 3, run_id=earlier)
         db.add_model_measurement("d", "tv:b", "b", other, [0.03] * 3, run_id=earlier)
-        n, ratio = build.pass_spread(db, "d", now)
-    assert n == 1 and ratio == pytest.approx(0.1217 / 0.0685)  # tv:b: not timed by this run
+        n, ratio = build.pass_spread(db.model_measurements("d", kind="e2e"), now)
+        assert n == 1 and ratio == pytest.approx(0.1217 / 0.0685)  # tv:b: not timed by this run
+        here = zoo.resolve_spec("models.py:transformer_encoder")  # and where it used to be:
+        db.add_model_measurement("d", "/old/checkout/data/models.py:transformer_encoder", "t",
+                                 key, [0.01] * 3, run_id=earlier)
+        db.add_model_measurement("d", here, "t", key, [0.011] * 3, run_id=now)
+        assert build.pass_spread(db.model_measurements("d", kind="e2e"), now)[0] == 2
 
     report = build.ProfileReport("d", "now", models_timed_twice=n, models_pass_ratio_max=ratio)
     assert slow_spell_line(report).startswith(
