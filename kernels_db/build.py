@@ -19,7 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels_db.store import SOURCE_PRIORITY, KernelDB, ModelMeasurement, settings_key
+from kernels_db.store import (
+    SOURCE_PRIORITY,
+    KernelDB,
+    ModelMeasurement,
+    quiet_ids,
+    settings_key,
+    slow_spell_ids,
+)
 from profilers import isolate, sampling, zoo
 from profilers.contention import Meter
 from profilers.errors import HwlatError
@@ -58,6 +65,7 @@ class ProfileReport:
     untimed: dict[str, int] = field(default_factory=dict)  # per source, left for a resumed run
     models_untimed: int = 0  # zoo settings short of their end-to-end timings (E2E_PASSES)
     models_contended_now: int = 0  # of the run's end-to-end timings, taken beside other work
+    models_slow_now: int = 0  # ... and the others taken in a slow spell (profilers.pace)
     others_cores_max: float | None = None  # the most cores other processes took in one of them
     ops_contended_now: int = 0  # of the run's op timings, taken beside other work (_Metered)
     ops_others_cores_max: float | None = None  # the most cores others took over metered op timings
@@ -394,8 +402,9 @@ def pass_spread(timings: Sequence[ModelMeasurement], run_id: str) -> tuple[int, 
     checkout too, as in `fastest_forwards`), and the largest ratio of a setting's slowest quiet
     timing to its fastest (None: no such setting)."""
     quiet: dict[tuple[str, str], list] = {}
+    undisturbed = quiet_ids(timings)
     for m in timings:
-        if not m.contended:
+        if m.id in undisturbed:
             quiet.setdefault((zoo.locate(m.model), m.settings_key), []).append(m)
     ratios = [max(t.median_s for t in ts) / min(t.median_s for t in ts)
               for ts in quiet.values()
@@ -417,13 +426,14 @@ def least_setting_s(pace_s: float | None, start_s: float = E2E_START_S) -> float
 
 def fastest_forwards(db: KernelDB, device_id: str) -> dict[tuple[str, str], float]:
     """(spec, settings key) -> the fastest median forward pass of the device's e2e timings, the
-    uncontended ones where a setting has any (a contended one ran 2-3x slow: as its pace, the
-    setting it leaves pending would not seem to fit the time left)."""
+    undisturbed ones where a setting has any (`quiet_ids`: a contended one ran 2-3x slow: as its
+    pace, the setting it leaves pending would not seem to fit the time left)."""
     fastest: dict[tuple[str, str], float] = {}
     timings = db.model_measurements(device_id, kind="e2e")
-    quiet = {(m.model, m.settings_key) for m in timings if not m.contended}
+    undisturbed = quiet_ids(timings)
+    quiet = {(m.model, m.settings_key) for m in timings if m.id in undisturbed}
     for m in timings:
-        if m.contended and (m.model, m.settings_key) in quiet:
+        if m.id not in undisturbed and (m.model, m.settings_key) in quiet:
             continue
         where = (zoo.locate(m.model), m.settings_key)
         fastest[where] = min(m.median_s, fastest.get(where, m.median_s))
@@ -476,8 +486,10 @@ def measure_models(db: KernelDB, device_id: str, run_id: str, settings: ProfileS
         runs_s = sum(m.samples_s) + FORWARD_WARMUP * m.median_s
         started_s = max(time.monotonic() - t - runs_s, 0.0)
         start_s = started_s if start_s is None else min(start_s, started_s)
+        stats = {**(m.cpu_use.to_stats() if m.cpu_use else {}),
+                 **({"pace_s": m.pace_s} if m.pace_s is not None else {})}
         db.add_model_measurement(device_id, case.spec, case.family, key, m.samples_s,
-                                 run_id=run_id, stats=m.cpu_use.to_stats() if m.cpu_use else None)
+                                 run_id=run_id, stats=stats or None)
         done += 1
     return done
 
@@ -486,10 +498,13 @@ def pending_models(db: KernelDB, device_id: str, settings: ProfileSettings, thre
                    below: int) -> list[tuple[zoo.ModelCase, str, dict]]:
     """(case, dtype, settings) of the zoo cases with fewer than `below` end-to-end measurements,
     the least measured first, then round the models (see E2E_PASSES; zoo order within a round).
-    A timing taken while other processes shared the cores does not count (`contended`): the
-    second pass, or the next profile, times its setting again before any other."""
+    A timing taken while other processes shared the cores (`contended`) or in a slow spell of
+    the machine (`slow_spell_ids`) does not count: the second pass, or the next profile, times
+    its setting again."""
+    timings = db.model_measurements(device_id, kind="e2e")
+    undisturbed = quiet_ids(timings)
     have = Counter((zoo.locate(m.model), m.settings_key)
-                   for m in db.model_measurements(device_id, kind="e2e") if not m.contended)
+                   for m in timings if m.id in undisturbed)
     out = []
     nth_of_model: Counter = Counter()
     for case in _zoo_cases(settings):
@@ -706,6 +721,8 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
     timings = db.model_measurements(device_id, kind="e2e")
     mine = [m for m in timings if m.run_id == run_id]
     report.models_contended_now = sum(m.contended for m in mine)
+    slow = slow_spell_ids(timings)
+    report.models_slow_now = sum(m.id in slow and not m.contended for m in mine)
     report.others_cores_max = max((m.others_cores for m in mine if m.others_cores is not None),
                                   default=None)
     report.ops_contended_now, report.ops_others_cores_max = db.run_contention(run_id)

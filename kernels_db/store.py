@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from kernels_db import schema
+from profilers import pace
 from profilers.contention import CpuUse, contended
 from profilers.errors import DatabaseError, DeviceError
 
@@ -180,8 +181,26 @@ class ModelMeasurement:
         """Other processes used enough of the CPUs to have slowed it (profilers.contention)."""
         return contended(self.cpu_use, self.settings.get("threads"))
 
+    @property
+    def pace_s(self) -> float | None:
+        """The machine's pace while it was timed (profilers.pace; None: not probed)."""
+        return (self.stats or {}).get("pace_s")
+
     def to_json(self) -> dict:
         return asdict(self)
+
+
+def slow_spell_ids(timings: Sequence[ModelMeasurement]) -> set[int]:
+    """Ids of one device's end-to-end `timings` taken in a slow spell of the machine: their
+    pace (`profilers.pace`) well over its usual over all of them."""
+    return pace.slow_ids({m.id: m.pace_s for m in timings})
+
+
+def quiet_ids(timings: Sequence[ModelMeasurement]) -> set[int]:
+    """Ids of one device's end-to-end `timings` taken undisturbed: neither beside other work
+    (`contended`) nor in a slow spell (`slow_spell_ids`)."""
+    slow = slow_spell_ids(timings)
+    return {m.id for m in timings if not m.contended and m.id not in slow}
 
 
 # ------------------------------------------------------------------------------------- helpers

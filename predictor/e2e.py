@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from kernels_db.store import DeviceRow, KernelDB
+from kernels_db.store import DeviceRow, KernelDB, quiet_ids
 from predictor import model_store
 from predictor.correction import (
     REPEAT_QUANTILE,
@@ -136,13 +136,17 @@ class Predictor:
 
     def e2e_passes(self, db: KernelDB) -> dict[tuple[str, str], list]:
         """The device's 'e2e' model measurements by setting (the profile times each twice),
-        without those timed beside other work (`ModelMeasurement.contended`) where the setting
-        has another; a setting with only such timings is left out while the others are at least
-        half of all (`self.contended_settings` counts them)."""
+        without those timed beside other work (`ModelMeasurement.contended`) or in a slow spell
+        of the machine (`store.slow_spell_ids`) where the setting has another; a setting with
+        only such timings is left out while the others are at least half of all
+        (`self.contended_settings` counts them)."""
         passes: dict[tuple[str, str], list] = {}
-        for m in db.model_measurements(self.device.id, kind="e2e"):  # by where the model is now
+        timings = db.model_measurements(self.device.id, kind="e2e")
+        for m in timings:  # by where the model is now
             passes.setdefault((zoo.locate(m.model), m.settings_key), []).append(m)
-        quiet = {where: [m for m in group if not m.contended] for where, group in passes.items()}
+        undisturbed = quiet_ids(timings)
+        quiet = {where: [m for m in group if m.id in undisturbed]
+                 for where, group in passes.items()}
         spoilt = [where for where, group in quiet.items() if not group]
         self.contended_settings = len(spoilt)
         self.contended_in_fit = 2 * len(spoilt) > len(passes)
@@ -196,7 +200,7 @@ class Predictor:
         if self.contended_settings:
             n = self.contended_settings
             note += (f"; {n} setting{'s were' if n > 1 else ' was'} timed only while other "
-                     "processes used the CPUs, and "
+                     "processes used the CPUs or the machine ran slow, and "
                      + ("are" if n > 1 else "is") + " "
                      + ("in the fit (too few others)" if self.contended_in_fit else "left out")
                      + "; `hwlat profile` times them again")

@@ -360,13 +360,14 @@ def time_forward(spec: str, inputs: list[str] | None = None, *, batch: int | Non
                  threads: int | None = None) -> Measurement:
     """Raw end-to-end forward latencies (seconds) of a model spec, as deployed (inference mode),
     in this process (`threads`: torch's intra-op threads, None leaves them as they are), with
-    other processes' CPU use meanwhile.
+    other processes' CPU use meanwhile and, on a CPU, the machine's pace (`profilers.pace`: a
+    fixed probe timed just before and just after, the faster of the two).
 
     No cache flush: a model's ops already evict each other, which is what it measures. Other
     processes' CPU use is read over the timing, or where that is too short for the kernel's 10 ms
     ticks (`contention.MIN_WINDOW_S`: a small model's), over the model's build and the timing.
     """
-    from profilers import contention
+    from profilers import contention, pace
     from profilers.clocks import clock_for
     from profilers.timer import measure, thread_count
 
@@ -378,11 +379,16 @@ def time_forward(spec: str, inputs: list[str] | None = None, *, batch: int | Non
             with torch.inference_mode():
                 model(*args)
 
+        on_cpu = device.split(":")[0] == "cpu"  # GPU speed states are not probed
+        probe = pace.probe() if on_cpu else None
+        before_s = probe() if probe else None
         timing = contention.Meter()
         m = measure(forward, clock=clock_for(device), warmup=warmup, min_reps=min_runs,
                     max_reps=max(min_runs, 200), max_time_s=max_time_s, rel_tol=0.01,
                     device=device.split(":")[0], label=spec)
-    return dataclasses.replace(m, cpu_use=timing.stop() or whole.stop())
+        use = timing.stop() or whole.stop()
+        pace_s = min(before_s, probe()) if probe and before_s is not None else None
+    return dataclasses.replace(m, cpu_use=use, pace_s=pace_s)
 
 
 def time_forward_isolated(spec: str, inputs: list[str] | None = None, *,

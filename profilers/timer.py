@@ -46,6 +46,7 @@ class Measurement:
     stopped_by: str
     label: str = ""
     cpu_use: contention.CpuUse | None = None  # other processes' meanwhile (None: unknown)
+    pace_s: float | None = None  # the machine's pace then (profilers.pace; None: not probed)
 
     @property
     def others_cores(self) -> float | None:

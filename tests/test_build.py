@@ -203,6 +203,46 @@ def test_a_timing_beside_other_work_does_not_count_and_is_timed_again_first(tmp_
     assert report.models_untimed == 1  # the 160 px setting has one timing that counts
 
 
+def test_a_timing_in_a_slow_spell_does_not_count_and_is_timed_again_first(tmp_path,
+                                                                          monkeypatch):
+    """A timing whose probe ran 1.8x the device's usual pace (profilers.pace: a slow spell no
+    CPU accounting sees) stays pending like a contended one: the second pass times its setting
+    before the others, its pace is stored, and the report counts it."""
+    from kernels_db import build
+    from kernels_db.store import KernelDB, quiet_ids
+    from profilers import isolate, modelbench
+
+    monkeypatch.setattr(isolate, "enabled", lambda: True)
+    log: list[str] = []
+
+    def fake_forward(spec, inputs, **kw):
+        log.append(f"{spec} {inputs[0]}")
+        return forward_timing([0.01] * 5, pace_s=0.009 if len(log) == 3 else 0.005)
+
+    monkeypatch.setattr(modelbench, "time_forward_isolated", fake_forward)
+    monkeypatch.setattr(build, "measure_configs", lambda *a, **kw: 0)
+    settings = build.ProfileSettings(
+        threads=1, budget_s=600, models=("torchvision:squeezenet1_1", "torchvision:resnet18"),
+        batches=(1, 8), random_per_family=1)
+    with KernelDB.open(tmp_path / "k.db") as db:
+        report = build.profile_device(db, settings)
+        rows = db.model_measurements(report.device_id, kind="e2e")
+    assert len(log) == 16 and log[8] == log[2]  # 8 settings, each twice; the slow one first
+    assert [r.pace_s for r in rows[:3]] == [0.005, 0.005, 0.009]
+    assert quiet_ids(rows) == {r.id for r in rows} - {rows[2].id}
+    assert report.models_slow_now == 1 and report.models_contended_now == 0
+    assert report.models_untimed == 1  # its setting has one timing that counts
+
+
+def test_the_usual_pace_is_a_low_quantile_and_a_slow_spell_is_well_above_it():
+    from profilers import pace
+
+    paces = {i: p for i, p in enumerate([5.0, 5.2, 5.1, 7.4, 5.5, None, 9.8, 5.3])}
+    assert pace.usual_pace(paces.values()) == pytest.approx(5.15)  # 25th of the 7 known
+    assert pace.slow_ids(paces) == {3, 6}  # >= 1.2 x 5.15
+    assert pace.slow_ids({i: paces[i] for i in range(4)}) == set()  # too few to know the usual
+
+
 def test_op_timings_beside_other_work_are_flagged_and_timed_again(tmp_path, monkeypatch):
     """Op timings are metered in windows long enough for the kernel's ticks (the first window
     here is too short, so it takes in the second timing too); timings taken while others shared
@@ -475,10 +515,15 @@ def test_pass_spread_compares_a_settings_quiet_timings_and_the_profile_warns_pas
 
     report = build.ProfileReport("d", "now", models_timed_twice=n, models_pass_ratio_max=ratio)
     assert slow_spell_line(report).startswith(
-        "end-to-end timings of the same model setting differ by up to 1.78x (1 settings timed "
+        "end-to-end timings of the same model setting differ by up to 1.78x (1 setting timed "
         "twice) with no other process busy: the machine had a slow spell")
     assert slow_spell_line(replace(report, models_pass_ratio_max=1.04)) is None
     assert slow_spell_line(replace(report, models_pass_ratio_max=None)) is None
+    probed = replace(report, models_pass_ratio_max=1.04, models_slow_now=3,
+                     models_measured_now=40)
+    assert slow_spell_line(probed).startswith(
+        "3 of 40 end-to-end model timings ran in a slow spell of the machine (a fixed probe "
+        "beside them ran 1.2x or more its usual time)")
 
 
 def _profile_on_a_fake_clock(tmp_path, monkeypatch, budget_s: float, zoo_share: float):

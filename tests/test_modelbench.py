@@ -197,6 +197,7 @@ def test_time_forward_carries_other_processes_cpu_use_over_the_runs_else_build_a
     # the timing's own reading; the whole span's only where the timing's is too short to tell
     assert spans == ["start", "build", "start", "stop"] and m.n >= 3
     assert (m.others_cores, m.cpu_use.cpus, m.threads) == (0.4, 2, 2) and m.contended
+    assert m.pace_s is not None and 0 < m.pace_s < 1  # the probe beside it (profilers.pace)
     spans.clear()
     readings[:] = [whole, None]
     m = timed()

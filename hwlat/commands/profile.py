@@ -7,6 +7,7 @@ import click
 from hwlat.commands.common import duration, json_option, open_db
 from hwlat.output import budget_progress, emit_json, stderr
 from kernels_db.build import SLOW_SPELL, ProfileSettings, check_settings, profile_device
+from profilers.pace import SLOW_PACE
 
 
 @click.command()
@@ -68,15 +69,26 @@ def profile(ctx, device, threads, budget, name, dtypes, models, added, batches, 
 
 
 def slow_spell_line(report) -> str | None:
-    """A warning when a setting's quiet end-to-end timings disagree (build.SLOW_SPELL)."""
+    """A warning when the machine ran slow with no other process busy: end-to-end timings whose
+    probe ran slow (`profilers.pace`), or a setting's quiet timings that disagree
+    (build.SLOW_SPELL)."""
+    parts = []
+    if report.models_slow_now:
+        parts.append(
+            f"{report.models_slow_now} of {report.models_measured_now} end-to-end model timings "
+            f"ran in a slow spell of the machine (a fixed probe beside them ran {SLOW_PACE}x or "
+            "more its usual time); the fit leaves them out while enough others are not, and the "
+            "next `hwlat profile` times those models again")
     ratio = report.models_pass_ratio_max
-    if ratio is None or ratio < SLOW_SPELL:
-        return None
-    return (f"end-to-end timings of the same model setting differ by up to {ratio:.2f}x "
-            f"({report.models_timed_twice} settings timed twice) with no other process busy: "
-            "the machine had a slow spell, and a setting timed only once in it makes "
+    if ratio is not None and ratio >= SLOW_SPELL:
+        n = report.models_timed_twice
+        parts.append(
+            f"end-to-end timings of the same model setting differ by up to {ratio:.2f}x ({n} "
+            f"setting{'s' if n != 1 else ''} timed twice) with no other process busy: the machine "
+            "had a slow spell the probe did not catch, and a setting timed only once in it makes "
             "predictions run high (each setting's faster timing counts); run `hwlat profile` "
             "again to time more of them a second time")
+    return "; ".join(parts) if parts else None
 
 
 def contended_line(report) -> str | None:

@@ -1,0 +1,88 @@
+"""How fast the machine runs at the moment of a timing: a fixed probe timed beside it.
+
+A VM's speed changes with no process of its own busy, which CPU accounting
+(`profilers.contention`) cannot see: the hypervisor moves its vCPUs between host cores, or onto
+the two hyperthreads of one. On the 2-vCPU dev VM at 2 threads, the 1-second medians of four
+3x3 convolutions ran 5.0 ms in one second and 7.8 ms a few seconds later, with both CPUs busy
+only with them and no steal; a profile's first end-to-end pass ran 1.2-1.9x slow for ~100 s, and
+the correction fitted on it over-predicted the held-out zoo by a median 29% (benchmarks/
+RESULTS.md, 2026-12-02). At 1 thread the probe's median in ten fresh processes was 8.4-10.8 ms
+(at 2 threads 4.8-9.5 ms).
+
+So each end-to-end timing times this probe just before and just after the model (`probe`): the
+faster of the two is the machine's pace then, and a timing whose pace is `SLOW_PACE` times the
+device's usual one (`PACE_QUANTILE` of its timings' paces) counts as taken in a slow spell
+(`slow_ids`), like one taken beside other work: left out where its setting has another, and
+timed again first. Measured on the dev VM at 2 threads (resnet18, mobilenet_v2 and
+squeezenet1_1 at 1x3x224x224, 30 fresh processes each, in one run): the pace correlated with the
+model's median at r = 0.82, 0.83 and 0.70; of the 45 timings over 1.15x their model's fastest it
+flagged 28, and 3 others; the timings kept were at most 1.13x, 1.25x and 1.37x their fastest at
+the 90th percentile, against 1.38x, 1.54x and 1.65x for all.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterable
+
+PROBE_CONVS = ((32, 56), (64, 28), (128, 14), (256, 7))
+"""3x3 convolutions (channels in and out, height and width, batch 1) that make up the probe: the
+shapes a CNN's stages run, ~5 ms at 2 threads on the dev VM. One convolution alone was no use:
+in fresh processes its median varied 1.8x, each steady within itself (where its buffers land)."""
+PROBE_WARMUP = 3  # in the process's first probe only: then it is warm
+PROBE_RUNS = 10
+SLOW_PACE = 1.2  # a pace this many times the usual marks a slow spell
+PACE_QUANTILE = 25  # the usual pace: this percentile of the device's timings' paces
+MIN_PACES = 5  # fewer paces than this give no usual pace, and no timing is flagged
+
+
+def probe() -> Callable[[], float]:
+    """A function that times the probe once more and returns its median seconds (CPU, in this
+    process, at torch's current thread count)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    convs = [(torch.nn.Conv2d(c, c, 3, padding=1).eval(),
+              torch.randn(1, c, s, s, generator=gen)) for c, s in PROBE_CONVS]
+
+    def once() -> None:
+        with torch.inference_mode():
+            for conv, x in convs:
+                conv(x)
+
+    warm = [PROBE_WARMUP]
+
+    def run() -> float:
+        for _ in range(warm[0]):
+            once()
+        warm[0] = 1  # one warm-up run after the model: its ops evicted the probe's
+        samples = []
+        for _ in range(PROBE_RUNS):
+            t = time.perf_counter()
+            once()
+            samples.append(time.perf_counter() - t)
+        return statistics.median(samples)
+
+    return run
+
+
+def usual_pace(paces: Iterable[float | None]) -> float | None:
+    """The device's usual pace: `PACE_QUANTILE` of the known paces (None with fewer than
+    `MIN_PACES`)."""
+    known = sorted(p for p in paces if p is not None and p > 0)
+    if len(known) < MIN_PACES:
+        return None
+    pos = PACE_QUANTILE / 100 * (len(known) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(known) - 1)
+    return known[lo] + (known[hi] - known[lo]) * (pos - lo)
+
+
+def slow_ids(paces: dict[int, float | None]) -> set[int]:
+    """Of timings by id with their pace (None: not probed), those taken in a slow spell: their
+    pace at least `SLOW_PACE` times the usual one of all of them."""
+    usual = usual_pace(paces.values())
+    if usual is None:
+        return set()
+    return {i for i, p in paces.items() if p is not None and p >= SLOW_PACE * usual}
