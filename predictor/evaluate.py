@@ -210,6 +210,7 @@ class EvalRow:
     subnormal_share: float | None = None  # of the values its forward computes (None: unchecked)
     contended_rounds: list[int] = field(default_factory=list)  # rounds timed beside other work
     others_cores_max: float | None = None  # the most cores other processes took in a round
+    round_pace_ms: list[float | None] = field(default_factory=list)  # profilers.pace, per round
 
     @property
     def quiet_rounds_ms(self) -> list[float]:
@@ -382,10 +383,13 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
             unmodelled_share=sum(u["share"] for u in pred.unmodelled), dtype=case.dtype,
             predicted_profile_ms=pred.p50_ms if drift else None, subnormal_share=sub,
             contended_rounds=busy,
+            round_pace_ms=[t.pace_s * 1e3 if t.pace_s else None for t in ts],
             others_cores_max=max((t.others_cores for t in ts if t.others_cores is not None),
                                  default=None)))
     notes += [n for n in map(_subnormal_note, rows) if n]
     if line := contended_note(rows):
+        notes.append(line)
+    if line := pace_note(rows, db.model_measurements(dev.id, kind="e2e") if db else []):
         notes.append(line)
     return _report(dev.id, rows, runs, notes, "session" if drift else "profile", drift)
 
@@ -408,6 +412,28 @@ def contended_note(rows: Sequence[EvalRow]) -> str | None:
             + (f", except {len(spoilt)} with no quiet round, whose measured time includes it "
                f"(e.g. {spoilt[0].spec} {','.join(spoilt[0].inputs)})" if spoilt else "")
             + ": run `hwlat evaluate` on an idle machine for a clean ground truth")
+
+
+PACE_NOTE = 1.1  # the evaluation's pace this far from the profile's is noted
+
+
+def pace_note(rows: Sequence[EvalRow], profile_timings: Sequence) -> str | None:
+    """A note when the machine ran at another pace while the models were measured than during
+    the profile's end-to-end timings (`profilers.pace`: the median probe time of each; a VM's
+    speed state moves the ground truth, not the prediction). None when either is unknown."""
+    now = [p for r in rows for p in r.round_pace_ms if p]
+    then = [m.pace_s * 1e3 for m in profile_timings if m.pace_s and not m.contended]
+    if not now or not then:
+        return None
+    ratio = statistics.median(now) / statistics.median(then)
+    if 1 / PACE_NOTE < ratio < PACE_NOTE:
+        return None
+    return (f"the machine ran {ratio:.2f}x the profile's pace while these models were measured "
+            f"(a fixed probe beside each timing, profilers.pace: median "
+            f"{statistics.median(now):.2f} ms now, {statistics.median(then):.2f} ms in the "
+            f"profile), so measured latencies run {'high' if ratio > 1 else 'low'} against the "
+            "predictions for a reason outside the model; `--anchor session` scales predictions "
+            "to this session")
 
 
 def _report(device: str, rows: list[EvalRow], runs: int, notes: list[str],
