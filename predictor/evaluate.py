@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from kernels_db.store import KernelDB
+from kernels_db.store import KernelDB, quiet_ids
 from predictor.baselines import FlopsLinear, RooflineScaled
 from predictor.correction import ModelRow
 from predictor.e2e import Predictor
@@ -419,19 +419,21 @@ PACE_NOTE = 1.1  # the evaluation's pace this far from the profile's is noted
 
 def pace_note(rows: Sequence[EvalRow], profile_timings: Sequence) -> str | None:
     """A note when the machine ran at another pace while the models were measured than during
-    the profile's end-to-end timings (`profilers.pace`: the median probe time of each; a VM's
-    speed state moves the ground truth, not the prediction). None when either is unknown."""
+    the profile's undisturbed end-to-end timings (`profilers.pace`: the median probe time of
+    each; a VM's speed state moves the ground truth, not the prediction). None when either is
+    unknown."""
     now = [p for r in rows for p in r.round_pace_ms if p]
-    then = [m.pace_s * 1e3 for m in profile_timings if m.pace_s and not m.contended]
+    quiet = quiet_ids(profile_timings)  # the timings the correction is fitted on
+    then = [m.pace_s * 1e3 for m in profile_timings if m.pace_s and m.id in quiet]
     if not now or not then:
         return None
-    ratio = statistics.median(now) / statistics.median(then)
+    now_ms, then_ms = statistics.median(now), statistics.median(then)
+    ratio = now_ms / then_ms
     if 1 / PACE_NOTE < ratio < PACE_NOTE:
         return None
     return (f"the machine ran {ratio:.2f}x the profile's pace while these models were measured "
-            f"(a fixed probe beside each timing, profilers.pace: median "
-            f"{statistics.median(now):.2f} ms now, {statistics.median(then):.2f} ms in the "
-            f"profile), so measured latencies run {'high' if ratio > 1 else 'low'} against the "
+            f"(a fixed probe beside each timing, profilers.pace: median {now_ms:.2f} ms now, "
+            f"{then_ms:.2f} ms in the profile), so measured latencies run {'high' if ratio > 1 else 'low'} against the "
             "predictions for a reason outside the model; `--anchor session` scales predictions "
             "to this session")
 

@@ -13,7 +13,7 @@ So each end-to-end timing times this probe just before and just after the model 
 faster of the two is the machine's pace then, and a timing whose pace is `SLOW_PACE` times the
 device's usual one (`PACE_QUANTILE` of its timings' paces) counts as taken in a slow spell
 (`slow_ids`), like one taken beside other work: left out where its setting has another, and
-timed again first. Measured on the dev VM at 2 threads (resnet18, mobilenet_v2 and
+timed again with the settings not timed yet. Measured on the dev VM at 2 threads (resnet18, mobilenet_v2 and
 squeezenet1_1 at 1x3x224x224, 30 fresh processes each, in one run): the pace correlated with the
 model's median at r = 0.82, 0.83 and 0.70; of the 45 timings over 1.15x their model's fastest it
 flagged 28, and 3 others; the timings kept were at most 1.13x, 1.25x and 1.37x their fastest at
@@ -25,6 +25,8 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Iterable
+
+import numpy as np
 
 PROBE_CONVS = ((32, 56), (64, 28), (128, 14), (256, 7))
 """3x3 convolutions (channels in and out, height and width, batch 1) that make up the probe: the
@@ -70,13 +72,8 @@ def probe() -> Callable[[], float]:
 def usual_pace(paces: Iterable[float | None]) -> float | None:
     """The device's usual pace: `PACE_QUANTILE` of the known paces (None with fewer than
     `MIN_PACES`)."""
-    known = sorted(p for p in paces if p is not None and p > 0)
-    if len(known) < MIN_PACES:
-        return None
-    pos = PACE_QUANTILE / 100 * (len(known) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(known) - 1)
-    return known[lo] + (known[hi] - known[lo]) * (pos - lo)
+    known = [p for p in paces if p is not None and p > 0]
+    return float(np.percentile(known, PACE_QUANTILE)) if len(known) >= MIN_PACES else None
 
 
 def slow_ids(paces: dict[int, float | None]) -> set[int]:

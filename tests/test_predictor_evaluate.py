@@ -206,15 +206,14 @@ def test_each_rounds_pace_is_kept_and_a_session_at_another_pace_than_the_profile
                       measure_fn=lambda *a: timing([0.004] * a[2], pace_s=0.006))
     assert report.rows[0].round_pace_ms == pytest.approx([6.0] * 3)
     assert json.loads(json.dumps(report.to_json()))["models"][0]["round_pace_ms"][0] == 6.0
-    profile = [SimpleNamespace(pace_s=0.005, contended=False)] * 4 + [
-        SimpleNamespace(pace_s=0.009, contended=True), SimpleNamespace(pace_s=None,
-                                                                       contended=False)]
+    profile = [SimpleNamespace(id=i, pace_s=p, contended=busy) for i, (p, busy) in enumerate(
+        [(0.005, False)] * 4 + [(0.009, True), (None, False)])]
     assert pace_note(report.rows, profile) == (
         "the machine ran 1.20x the profile's pace while these models were measured (a fixed "
         "probe beside each timing, profilers.pace: median 6.00 ms now, 5.00 ms in the profile), "
         "so measured latencies run high against the predictions for a reason outside the model; "
         "`--anchor session` scales predictions to this session")
-    assert pace_note(report.rows, [SimpleNamespace(pace_s=0.0057, contended=False)]) is None
+    assert pace_note(report.rows, [SimpleNamespace(id=0, pace_s=0.0057, contended=False)]) is None
     assert pace_note(report.rows, []) is None  # an older profile, not probed
 
 
