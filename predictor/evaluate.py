@@ -95,14 +95,14 @@ def time_model(spec: str, inputs: Sequence[str], runs: int = 30, warmup: int = 5
                threads: int | None = None, device: str = "cpu",
                dtype: str = "float32") -> Measurement:
     """The forward pass's timing (seconds per pass, other processes' CPU use meanwhile): at least
-    `runs` timed calls after `warmup`, with the same harness as the profile's end-to-end
-    measurements (the correction is fitted on those), each model in a fresh child process like
-    them."""
+    `runs` timed calls after `warmup`, more until the median is stable or `ROUND_TIME_S` has
+    passed, with the same harness as the profile's end-to-end measurements (the correction is
+    fitted on those), each model in a fresh child process like them."""
     from profilers.modelbench import time_forward_isolated
 
     return time_forward_isolated(spec, list(inputs) or None, threads=threads, dtype=dtype,
                                  device=device, min_runs=runs, warmup=warmup,
-                                 max_time_s=float("inf"))
+                                 max_time_s=ROUND_TIME_S, keep_min_runs=True)
 
 
 # ---------------------------------------------------------------------------------- metrics
@@ -125,6 +125,10 @@ def metrics(measured: Sequence[float], predicted: Sequence[float]) -> dict[str, 
 
 
 ROUNDS = 3  # rounds each evaluated model is measured in, spread over the evaluation
+# a round times its share of the runs, then more until its median is stable or this much time has
+# passed: uncapped, a noisy round of an 8x224 resnext50 ran 51 passes (49 s) where 10 were asked
+# for, and a default 2-thread evaluation took two hours
+ROUND_TIME_S = 5.0
 DRIFT_REFERENCES = 12  # training-zoo settings re-timed for the session anchor
 DRIFT_MAX_S = 0.15  # ... each at most this long per run: timed twice, the anchor costs ~1 min
 
@@ -211,6 +215,7 @@ class EvalRow:
     contended_rounds: list[int] = field(default_factory=list)  # rounds timed beside other work
     others_cores_max: float | None = None  # the most cores other processes took in a round
     round_pace_ms: list[float | None] = field(default_factory=list)  # profilers.pace, per round
+    round_runs: list[int] = field(default_factory=list)  # timed passes in each round
 
     @property
     def quiet_rounds_ms(self) -> list[float]:
@@ -384,6 +389,7 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
             predicted_profile_ms=pred.p50_ms if drift else None, subnormal_share=sub,
             contended_rounds=busy,
             round_pace_ms=[t.pace_s * 1e3 if t.pace_s else None for t in ts],
+            round_runs=[len(t.samples_s) for t in ts],
             others_cores_max=max((t.others_cores for t in ts if t.others_cores is not None),
                                  default=None)))
     notes += [n for n in map(_subnormal_note, rows) if n]

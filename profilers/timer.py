@@ -246,6 +246,7 @@ def measure(
     device: str = "cpu",
     label: str = "",
     wall: Callable[[], float] | None = None,
+    min_reps_under_cap: int = MIN_SAMPLES_UNDER_CAP,
 ) -> Measurement:
     """Time `fn` until its median is stable, the time cap is hit, or `max_reps` samples exist.
 
@@ -253,7 +254,8 @@ def measure(
     below `rel_tol` of the median (checked from `min_reps` samples on). The time cap covers
     the whole call, warm-up and flushes included, as measured by `wall` (default: the clock's
     `now()` if it has one, else `time.perf_counter`); it never leaves fewer than
-    `MIN_SAMPLES_UNDER_CAP` samples.
+    `min_reps_under_cap` samples (default `MIN_SAMPLES_UNDER_CAP`; `min_reps` makes the minimum
+    hold whatever the time).
     """
     allocator.apply()
     clock = clock if clock is not None else clock_for(device)
@@ -270,7 +272,8 @@ def measure(
         token = clock.start()
         fn()
         samples.append(clock.stop(token))
-        stopped_by = _stop_reason(samples, min_reps, max_reps, rel_tol, wall() - t0, max_time_s)
+        stopped_by = _stop_reason(samples, min_reps, max_reps, rel_tol, wall() - t0, max_time_s,
+                                  min_reps_under_cap)
         if stopped_by:
             break
     return Measurement(
@@ -291,6 +294,7 @@ def _stop_reason(
     rel_tol: float,
     elapsed_s: float,
     max_time_s: float,
+    min_reps_under_cap: int = MIN_SAMPLES_UNDER_CAP,
 ) -> str:
     """Why to stop now, or '' to take another sample."""
     n = len(samples)
@@ -300,7 +304,7 @@ def _stop_reason(
             return "stable"
     if n >= max_reps:
         return "max_reps"
-    if elapsed_s >= max_time_s and n >= min(MIN_SAMPLES_UNDER_CAP, max_reps):
+    if elapsed_s >= max_time_s and n >= min(min_reps_under_cap, max_reps):
         return "time_cap"
     return ""
 

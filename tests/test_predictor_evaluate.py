@@ -205,6 +205,7 @@ def test_each_rounds_pace_is_kept_and_a_session_at_another_pace_than_the_profile
     report = evaluate(None, "dev1", [EvalCase(SPECS[0], SMALL)], runs=30, predictor=predictor,
                       measure_fn=lambda *a: timing([0.004] * a[2], pace_s=0.006))
     assert report.rows[0].round_pace_ms == pytest.approx([6.0] * 3)
+    assert report.rows[0].round_runs == [10] * 3  # 30 runs split over 3 rounds
     assert json.loads(json.dumps(report.to_json()))["models"][0]["round_pace_ms"][0] == 6.0
     profile = [SimpleNamespace(id=i, pace_s=p, contended=busy) for i, (p, busy) in enumerate(
         [(0.005, False)] * 4 + [(0.009, True), (None, False)])]
@@ -238,6 +239,14 @@ def test_time_model_times_a_real_model_and_restores_threads():
     m = time_model("torchvision:squeezenet1_1", list(SMALL), runs=3, warmup=1, threads=1)
     assert m.n >= 3 and all(s > 0 for s in m.samples_s) and m.threads == 1  # at least `runs`
     assert torch.get_num_threads() == before
+
+
+def test_a_round_past_its_time_still_times_every_run_asked_for(monkeypatch):
+    from predictor import evaluate as ev
+
+    monkeypatch.setattr(ev, "ROUND_TIME_S", 0.0)  # every pass is past the round's time
+    m = time_model("torchvision:squeezenet1_1", list(SMALL), runs=6, warmup=1, threads=1)
+    assert m.n == 6  # the minimum, not the time cap's 3
 
 
 def test_zoo_cases_hold_out_unseen_families():

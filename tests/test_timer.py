@@ -172,6 +172,13 @@ def test_time_cap_leaves_at_least_three_samples():
     assert m.stopped_by == "time_cap" and m.n == 3
 
 
+def test_a_minimum_that_must_hold_outlasts_the_time_cap_then_the_cap_stops_the_rest():
+    # hwlat evaluate: each round times its share of the 30 runs whatever they cost
+    noisy = itertools.cycle([1.0, 1.5, 0.7])
+    m = measure(noop, clock=FakeClock(noisy), max_time_s=0.1, min_reps=10, min_reps_under_cap=10)
+    assert m.stopped_by == "time_cap" and m.n == 10
+
+
 def test_time_cap_counts_wall_time_through_an_injected_wall_function():
     ticks = itertools.count()
     m = measure(noop, clock=FakeClock([1e-3, 2e-3] * 50), wall=lambda: next(ticks), max_time_s=5)

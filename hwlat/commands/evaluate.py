@@ -8,7 +8,7 @@ from rich.table import Table
 from hwlat.commands.common import json_option, open_db, parse_inputs, write_plot
 from hwlat.output import emit_json, stderr, stdout
 from predictor.devices import choose_device, require_this_machine
-from predictor.evaluate import ROUNDS, EvalCase, EvalReport, evaluate, zoo_cases
+from predictor.evaluate import ROUND_TIME_S, ROUNDS, EvalCase, EvalReport, evaluate, zoo_cases
 
 
 @click.command("evaluate")
@@ -28,7 +28,8 @@ from predictor.evaluate import ROUNDS, EvalCase, EvalReport, evaluate, zoo_cases
 @click.option("--warmup", default=5, show_default=True, type=click.IntRange(min=1))
 @click.option("--rounds", default=ROUNDS, show_default=True, type=click.IntRange(min=1),
               help="Measure every model in this many rounds spread over the evaluation "
-                   "(runs split between them): a slow spell of the machine then hits every "
+                   "(runs split between them; a round adds passes until its median is stable, "
+                   f"for up to {ROUND_TIME_S:g} s): a slow spell of the machine then hits every "
                    "model a little instead of a few a lot.")
 @click.option("--anchor", type=click.Choice(["profile", "session"]), default="profile",
               show_default=True,
@@ -125,8 +126,10 @@ def show(report: EvalReport) -> None:
                  f"the predicted 80% interval")
     spread = report.round_spread_pct()
     if spread:
-        stdout.print(f"ground truth: each model measured in {spread['rounds']} rounds; their "
-                     f"medians differ by {spread['median']:.1f}% (median over models, largest "
+        passes = [sum(r.round_runs) for r in report.rows if r.round_runs]
+        stdout.print(f"ground truth: each model measured in {spread['rounds']} rounds"
+                     + (f" ({min(passes)}-{max(passes)} timed passes)" if passes else "")
+                     + f"; their medians differ by {spread['median']:.1f}% (median over models, largest "
                      f"{spread['max']:.1f}%), the noise of the measurement itself; "
                      "'re-measurement' scores each round's median against the model's other "
                      "rounds (models x rounds pairs): errors near it are within that noise")
