@@ -370,7 +370,7 @@ def time_forward(spec: str, inputs: list[str] | None = None, *, batch: int | Non
     """
     from profilers import contention, pace
     from profilers.clocks import clock_for
-    from profilers.timer import measure, thread_count
+    from profilers.timer import MIN_SAMPLES_UNDER_CAP, measure, thread_count
 
     whole = contention.Meter()
     with thread_count(threads):
@@ -387,7 +387,7 @@ def time_forward(spec: str, inputs: list[str] | None = None, *, batch: int | Non
         m = measure(forward, clock=clock_for(device), warmup=warmup, min_reps=min_runs,
                     max_reps=max(min_runs, 200), max_time_s=max_time_s, rel_tol=0.01,
                     device=device.split(":")[0], label=spec,
-                    **({"min_reps_under_cap": min_runs} if keep_min_runs else {}))
+                    min_reps_under_cap=min_runs if keep_min_runs else MIN_SAMPLES_UNDER_CAP)
         use = timing.stop() or whole.stop()
         pace_s = min(before_s, probe()) if probe and before_s is not None else None
     return dataclasses.replace(m, cpu_use=use, pace_s=pace_s)
