@@ -29,15 +29,18 @@ import numpy as np
 from kernels_db.store import KernelDB
 from predictor.correction import Correction, fit_correction
 from predictor.e2e import Predictor
+from predictor.evaluate import metrics
 from profilers.capture import capture_spec
 from profilers.specs import parse_input_spec
 
 
 def _score(held: list[tuple[tuple, float]], correction: Correction) -> str:
-    errors = np.array([correction.apply(*terms) * 1e3 / measured - 1 for terms, measured in held])
-    return (f"MAPE {np.mean(np.abs(errors)) * 100:5.1f}%  within 10% "
-            f"{np.mean(np.abs(errors) <= 0.1 + 1e-12) * 100:3.0f}%  median error "
-            f"{np.median(errors) * 100:+5.1f}%")
+    measured = [ms for _, ms in held]
+    predicted = [correction.apply(*terms) * 1e3 for terms, _ in held]
+    m = metrics(measured, predicted)
+    median_error = np.median(np.divide(predicted, measured) - 1) * 100
+    return (f"MAPE {m['mape_pct']:5.1f}%  within 10% {m['within_10pct'] * 100:3.0f}%  "
+            f"median error {median_error:+5.1f}%")
 
 
 def main(db_path: str, eval_path: str) -> None:
@@ -55,6 +58,7 @@ def main(db_path: str, eval_path: str) -> None:
     row_paces = [paces.get((r.spec, tuple(r.inputs))) for r in rows]
     if not every_pace or None in row_paces:
         sys.exit(f"{db_path}: its end-to-end timings have no pace (profiled before the probe)")
+    unscaled = fit_correction(rows)
     held, reproduced = [], []
     for m in report["models"]:
         captured = capture_spec(m["spec"], inputs=[parse_input_spec(s) for s in m["inputs"]],
@@ -63,13 +67,13 @@ def main(db_path: str, eval_path: str) -> None:
         terms = (p.sum_ops_ms / 1e3, p.n_timed_ops, p.traffic_ms / 1e3, p.weights_ms / 1e3,
                  p.large_traffic_ms / 1e3)
         held.append((terms, m["measured_ms"]))
-        reproduced.append(predictor.correction.apply(*terms) * 1e3 / m["predicted_ms"])
+        reproduced.append(unscaled.apply(*terms) * 1e3 / m["predicted_ms"])
     print(f"{eval_path}: {len(rows)} end-to-end settings, {len(held)} evaluated; refit "
           f"reproduces the evaluation's predictions to {max(abs(r - 1) for r in reproduced):.1e}")
     print(f"  paces (ms): fitted timings' median {np.median(row_paces) * 1e3:.2f}, all timings' "
           f"25th percentile {np.percentile(every_pace, 25) * 1e3:.2f}; evaluation "
           + f"{np.median([p for m in report['models'] for p in m['round_pace_ms'] if p]):.2f}")
-    print(f"  {'unscaled':24s} {_score(held, fit_correction(rows))}")
+    print(f"  {'unscaled':24s} {_score(held, unscaled)}")
     for label, usual in (("25th percentile", np.percentile(every_pace, 25)),
                          ("fitted median", np.median(row_paces))):
         for beta in (0.5, 1.0):
