@@ -196,6 +196,35 @@ def test_a_round_timed_beside_other_work_is_left_out_of_the_measurement_and_said
     assert json.loads(json.dumps(report.to_json()))["models"][1]["contended_rounds"] == [0, 1, 2]
 
 
+def test_a_round_timed_in_a_slow_spell_is_left_out_where_the_model_has_another(predictor):
+    # (duration factor, pace ms) in timing order: each round times both models
+    rounds = iter([(1.0, 5.0), (1.0, 5.0), (1.5, 10.0), (1.0, 5.0), (1.1, 5.0), (1.2, 5.2)])
+
+    def fake_measure(spec, inputs, runs, warmup, threads, device, dtype):
+        f, pace_ms = next(rounds)
+        return timing([0.004 * f] * runs, pace_s=pace_ms / 1e3)
+
+    report = evaluate(None, "dev1", [EvalCase(spec, SMALL) for spec in SPECS], runs=30,
+                      predictor=predictor, measure_fn=fake_measure)
+    slowed, steady = report.rows
+    assert slowed.slow_rounds == [1] and steady.slow_rounds == []  # 10 ms >= 1.2 x usual 5 ms
+    assert slowed.measured_ms == pytest.approx(4.2)  # median of 4.0 and 4.4, not 6.0
+    assert slowed.quiet_rounds_ms == pytest.approx([4.0, 4.4])
+    assert steady.measured_ms == pytest.approx(4.0)
+    [note] = [n for n in report.notes if "ran slow" in n]
+    assert note.startswith("1 of 2 models had a round timed while the machine ran slow")
+    assert json.loads(json.dumps(report.to_json()))["models"][0]["slow_rounds"] == [1]
+
+
+def test_quiet_rounds_fall_back_to_rounds_not_beside_other_work_then_to_all():
+    from predictor.evaluate import quiet_rounds
+
+    assert quiet_rounds([4, 5, 6], contended=[0], slow=[2]) == [5]
+    assert quiet_rounds([4, 5, 6], contended=[0], slow=[1, 2]) == [5, 6]  # all out: slow back
+    assert quiet_rounds([4, 5, 6], contended=[0, 1, 2], slow=[1]) == [4, 5, 6]
+    assert quiet_rounds([4, 5, 6], contended=[]) == [4, 5, 6]
+
+
 def test_each_rounds_pace_is_kept_and_a_session_at_another_pace_than_the_profile_is_noted(
         predictor):
     from types import SimpleNamespace
