@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 
 import numpy as np
 
@@ -76,9 +76,10 @@ def usual_pace(paces: Iterable[float | None]) -> float | None:
     return float(np.percentile(known, PACE_QUANTILE)) if len(known) >= MIN_PACES else None
 
 
-def slow_ids(paces: dict[int, float | None]) -> set[int]:
-    """Of timings by id with their pace (None: not probed), those taken in a slow spell: their
-    pace at least `SLOW_PACE` times the usual one of all of them."""
+def slow_ids(paces: Mapping[Hashable, float | None]) -> set:
+    """Of timings by id (a database id, or an evaluation's (model, round)) with their pace (None:
+    not probed), those taken in a slow spell: their pace at least `SLOW_PACE` times the usual one
+    of all of them."""
     usual = usual_pace(paces.values())
     if usual is None:
         return set()

@@ -86,9 +86,12 @@ def test_kill_9_then_resume_loses_nothing(tmp_path):
     assert all(after.get(k) == v for k, v in before.items())
     assert len(after) > len(before)
     assert report["zoo_measured"] == report["zoo_configs"] > 0
-    counts = Counter(k for k, _ in after)  # zoo configs are timed again at the end, once
+    # zoo configs are timed again at the end, once, and so are configs timed beside other work
+    # (the test suite's own neighbours can cause those), never a third time
+    counts = Counter(k for k, _ in after)
     twice = [k for k, n in counts.items() if n == 2]
-    assert max(counts.values()) <= 2 and len(twice) <= report["zoo_configs"]
+    assert max(counts.values()) <= 2
+    assert len(twice) <= report["zoo_configs"] + report["ops_retimed_now"]
 
 
 def test_two_concurrent_runs_split_the_work(tmp_path):

@@ -9,7 +9,15 @@ import torch
 
 from kernels_db.store import KernelDB
 from predictor.e2e import Predictor
-from predictor.evaluate import EvalCase, evaluate, metrics, spearman, time_model, zoo_cases
+from predictor.evaluate import (
+    EvalCase,
+    evaluate,
+    metrics,
+    quiet_rounds,
+    spearman,
+    time_model,
+    zoo_cases,
+)
 from predictor.features import roofline_s
 from profilers import ops, sampling
 from profilers.contention import CpuUse
@@ -182,6 +190,7 @@ def test_a_round_timed_beside_other_work_is_left_out_of_the_measurement_and_said
                       predictor=predictor, measure_fn=fake_measure)
     quiet, spoilt = report.rows
     assert quiet.contended_rounds == [1] and quiet.measured_ms == pytest.approx(4.2)  # 4.0, 4.4
+    assert quiet.slow_rounds == spoilt.slow_rounds == []  # no pace probed: none in a slow spell
     assert spoilt.contended_rounds == [0, 1, 2] and spoilt.measured_ms == pytest.approx(6.0)
     assert quiet.others_cores_max == 1.4
     # the machine's own noise is read off the rounds the measurements are made of
@@ -211,14 +220,36 @@ def test_a_round_timed_in_a_slow_spell_is_left_out_where_the_model_has_another(p
     assert slowed.measured_ms == pytest.approx(4.2)  # median of 4.0 and 4.4, not 6.0
     assert slowed.quiet_rounds_ms == pytest.approx([4.0, 4.4])
     assert steady.measured_ms == pytest.approx(4.0)
+    # the machine's own noise is read off the rounds the measurements are made of
+    assert slowed.round_spread_pct == pytest.approx(0.4 / 4.2 * 100)
+    assert report.remeasurement()["n"] == 2 + 3
     [note] = [n for n in report.notes if "ran slow" in n]
-    assert note.startswith("1 of 2 models had a round timed while the machine ran slow")
+    assert note == ("1 of 2 models had a round timed while the machine ran slow (the pace probe "
+                    "beside it at 1.2x or more its usual time, profilers.pace); their measurement "
+                    "leaves it out")
     assert json.loads(json.dumps(report.to_json()))["models"][0]["slow_rounds"] == [1]
 
 
-def test_quiet_rounds_fall_back_to_rounds_not_beside_other_work_then_to_all():
-    from predictor.evaluate import quiet_rounds
+def test_a_model_whose_other_rounds_were_beside_other_work_keeps_its_slow_rounds(predictor):
+    busy = {"cpu_use": CpuUse(1.4, 2, 1.0)}
+    rounds = iter([(1.0, 5.0, busy), (1.0, 5.0, {}), (1.5, 10.0, {}), (1.0, 5.0, {}),
+                   (1.3, 10.0, {}), (1.0, 5.0, {})])
 
+    def fake_measure(spec, inputs, runs, warmup, threads, device, dtype):
+        f, pace_ms, use = next(rounds)
+        return timing([0.004 * f] * runs, pace_s=pace_ms / 1e3, **use)
+
+    report = evaluate(None, "dev1", [EvalCase(spec, SMALL) for spec in SPECS], runs=30,
+                      predictor=predictor, measure_fn=fake_measure)
+    row = report.rows[0]
+    assert row.contended_rounds == [0] and row.slow_rounds == [1, 2]
+    assert row.measured_ms == pytest.approx(5.6)  # median of the slow 6.0 and 5.2, not the busy 4
+    [note] = [n for n in report.notes if "ran slow" in n]
+    assert note.endswith("leaves it out, except 1 with no other round, whose measured time "
+                         "includes it (e.g. torchvision:squeezenet1_1 1x3x32x32)")
+
+
+def test_quiet_rounds_fall_back_to_rounds_not_beside_other_work_then_to_all():
     assert quiet_rounds([4, 5, 6], contended=[0], slow=[2]) == [5]
     assert quiet_rounds([4, 5, 6], contended=[0], slow=[1, 2]) == [5, 6]  # all out: slow back
     assert quiet_rounds([4, 5, 6], contended=[0, 1, 2], slow=[1]) == [4, 5, 6]

@@ -129,8 +129,9 @@ def show(report: EvalReport) -> None:
         passes = [sum(r.round_runs) for r in report.rows if r.round_runs]
         stdout.print(f"ground truth: each model measured in {spread['rounds']} rounds"
                      + (f" ({min(passes)}-{max(passes)} timed passes)" if passes else "")
-                     + f"; their medians differ by {spread['median']:.1f}% (median over models, largest "
-                     f"{spread['max']:.1f}%), the noise of the measurement itself; "
+                     + f"; the medians of the rounds kept differ by {spread['median']:.1f}% (median "
+                     f"over models, largest {spread['max']:.1f}%), the noise of the measurement "
+                     "itself; "
                      "'re-measurement' scores each round's median against the model's other "
                      "rounds (models x rounds pairs): errors near it are within that noise")
     for note in report.notes:
