@@ -423,8 +423,8 @@ def quiet_rounds(rounds_ms: Sequence[float], contended: Sequence[int],
     at 2; benchmarks/RESULTS.md, 2026-12-03 day), one evaluation's measurements predicted another's
     of the same thread count at 7.6% MAPE on average (73% within 10%) with such rounds left out
     and 8.8% (65%) with them in, lower on each of the six pairs of evaluations
-    (`benchmarks/ground_truth_repeat.py`). With two more evaluations from a slower hour (twelve
-    pairs), lower in 10 of 12 with each pair's level removed (9.0% -> 7.7%): leaving rounds out
+    (`benchmarks/ground_truth_repeat.py`). With three more evaluations from slower hours (sixteen
+    pairs), lower in 12 of 16 with each pair's level removed (8.4% -> 7.3%): leaving rounds out
     within an evaluation cannot undo an hour that ran slow throughout."""
     return ([ms for n, ms in enumerate(rounds_ms) if n not in contended and n not in slow]
             or [ms for n, ms in enumerate(rounds_ms) if n not in contended] or list(rounds_ms))
