@@ -31,8 +31,7 @@ import sys
 
 import numpy as np
 
-from predictor.evaluate import metrics, quiet_rounds
-from profilers import pace
+from predictor.evaluate import metrics, quiet_rounds, slow_rounds
 
 TRUTHS = ("median of rounds", "... slow ones out", "fastest round")
 
@@ -40,10 +39,9 @@ TRUTHS = ("median of rounds", "... slow ones out", "fastest round")
 def _with_slow_rounds(report: dict) -> dict:
     """The report with each model's rounds in a slow spell as `hwlat evaluate` finds them now
     (`quiet_rounds`; reports from before it have the paces but not the verdict)."""
-    slow = pace.slow_ids({(i, n): p for i, m in enumerate(report["models"])
-                          for n, p in enumerate(m.get("round_pace_ms", []))})
-    for i, m in enumerate(report["models"]):
-        m["slow_rounds"] = [n for n in range(len(m["measured_rounds_ms"])) if (i, n) in slow]
+    slow = slow_rounds([m.get("round_pace_ms", []) for m in report["models"]])
+    for m, rounds in zip(report["models"], slow, strict=True):
+        m["slow_rounds"] = rounds
     return report
 
 

@@ -356,9 +356,7 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     # (`quiet_rounds`) is left out where another was not
     round_ms = [[t.median_s * 1e3 for t in ts] for ts in timings]
     contended = [[n for n, t in enumerate(ts) if t.contended] for ts in timings]
-    in_spell = pace.slow_ids({(i, n): t.pace_s for i, ts in enumerate(timings)
-                              for n, t in enumerate(ts)})
-    slow = [[n for n in range(len(ts)) if (i, n) in in_spell] for i, ts in enumerate(timings)]
+    slow = slow_rounds([[t.pace_s for t in ts] for ts in timings])
     measured_ms = [statistics.median(quiet_rounds(r, c, s))
                    for r, c, s in zip(round_ms, contended, slow, strict=True)]
     after = _time_references(refs, measure_fn, runs, warmup, dev.threads, dev.kind, progress)
@@ -410,6 +408,20 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     return _report(dev.id, rows, runs, notes, "session" if drift else "profile", drift)
 
 
+def slow_rounds(paces: Sequence[Sequence[float | None]]) -> list[list[int]]:
+    """Each model's rounds in a slow spell (`quiet_rounds`), from the pace probed beside each of
+    its rounds (any unit; None: not probed), against the usual pace of the whole evaluation."""
+    spell = pace.slow_ids({(i, n): p for i, ps in enumerate(paces) for n, p in enumerate(ps)})
+    return [[n for n in range(len(ps)) if (i, n) in spell] for i, ps in enumerate(paces)]
+
+
+def _kept_rounds(n_rounds: int, contended: Sequence[int], slow: Sequence[int]) -> list[int]:
+    """The indices of the rounds `quiet_rounds` keeps."""
+    every = range(n_rounds)
+    return ([n for n in every if n not in contended and n not in slow]
+            or [n for n in every if n not in contended] or list(every))
+
+
 def quiet_rounds(rounds_ms: Sequence[float], contended: Sequence[int],
                  slow: Sequence[int] = ()) -> list[float]:
     """The round medians a measurement is the median of: those timed neither beside other work
@@ -426,8 +438,7 @@ def quiet_rounds(rounds_ms: Sequence[float], contended: Sequence[int],
     (`benchmarks/ground_truth_repeat.py`). With three more evaluations from slower hours (sixteen
     pairs), lower in 12 of 16 with each pair's level removed (8.4% -> 7.3%): leaving rounds out
     within an evaluation cannot undo an hour that ran slow throughout."""
-    return ([ms for n, ms in enumerate(rounds_ms) if n not in contended and n not in slow]
-            or [ms for n, ms in enumerate(rounds_ms) if n not in contended] or list(rounds_ms))
+    return [rounds_ms[n] for n in _kept_rounds(len(rounds_ms), contended, slow)]
 
 
 def slow_note(rows: Sequence[EvalRow]) -> str | None:
@@ -435,9 +446,9 @@ def slow_note(rows: Sequence[EvalRow]) -> str | None:
     hit = [r for r in rows if r.slow_rounds]
     if not hit:
         return None
-    kept = [r for r in hit  # no other round beside no other work: the slow ones stay in
-            if not [n for n in range(len(r.measured_rounds_ms))
-                    if n not in r.slow_rounds and n not in r.contended_rounds]]
+    kept = [r for r in hit  # no other round to fall back on: the slow ones stay in
+            if set(r.slow_rounds) & set(_kept_rounds(len(r.measured_rounds_ms),
+                                                     r.contended_rounds, r.slow_rounds))]
     return (f"{len(hit)} of {len(rows)} models had a round timed while the machine ran slow (the "
             f"pace probe beside it at {pace.SLOW_PACE:.1f}x or more its usual time, "
             "profilers.pace); their measurement leaves it out"

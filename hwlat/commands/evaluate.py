@@ -131,8 +131,7 @@ def show(report: EvalReport) -> None:
                      + (f" ({min(passes)}-{max(passes)} timed passes)" if passes else "")
                      + f"; the medians of the rounds kept differ by {spread['median']:.1f}% (median "
                      f"over models, largest {spread['max']:.1f}%), the noise of the measurement "
-                     "itself; "
-                     "'re-measurement' scores each round's median against the model's other "
+                     "itself; 're-measurement' scores each round's median against the model's other "
                      "rounds (models x rounds pairs): errors near it are within that noise")
     for note in report.notes:
         stdout.print(f"[dim]{note}[/]")
