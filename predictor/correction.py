@@ -54,6 +54,13 @@ of their own evaluations (the held-out zoo, timm, other torchvision, transformer
 12.4% -> 9.5% on the held-out zoo of a 2-thread profile whose choice had kept only the op sum and
 the per-op overhead. The choice was made on 56-59 timings that repeat within 3-23% (80th
 percentile), and flipped between profiles of one machine (`benchmarks/RESULTS.md`, 2026-12-01).
+
+No second stage. A ridge or gradient-boosted (LightGBM) model of this correction's held-out-family
+log residual, from model-level features (each op family's share of the op sum, time per op, the
+traffic terms over the op sum, the batch), re-predicted eleven recorded evaluations of the held-out
+zoo at a mean 11.3% and 10.0% MAPE against 9.6% for the five terms alone, and the zoo's own leave-
+one-family-out error was worse in 7 and 9 of 11 profiles: on 32-56 settings it learns their noise
+(`benchmarks/correction_variants.py`, which scores any new candidate term the same way).
 """
 
 from __future__ import annotations
@@ -145,26 +152,36 @@ def _solve(rows: Sequence[ModelRow], terms: Sequence[int] = tuple(range(N_TERMS)
            ) -> tuple[float, ...]:
     """Coefficients (a, overhead_s, c_traffic, c_weights, c_large_traffic) minimising
     Huber-weighted relative error, all kept >= 0, using only `terms` (indices into them; `a`,
-    0, always).
+    0, always)."""
+    return tuple(float(c) for c in solve_columns(np.array([r.terms for r in rows]),
+                                                 np.array([r.measured_s for r in rows]), terms))
 
-    Terms whose coefficient comes out negative are dropped and the rest refitted; `a` always
-    stays (with no usable fit it is the ratio that makes the plain sum unbiased).
+
+def solve_columns(x: np.ndarray, y: np.ndarray, terms: Sequence[int] | None = None) -> np.ndarray:
+    """Coefficients of `x @ coef ~ y` (one row per model, column 0 the sum of its ops) minimising
+    Huber-weighted relative error, all kept >= 0, using only the columns in `terms` (all by
+    default; 0 always).
+
+    Columns whose coefficient comes out negative are dropped and the rest refitted; column 0
+    always stays (with no usable fit it is the ratio that makes the plain sum unbiased).
+    `benchmarks/correction_variants.py` fits candidate terms through this same solver.
     """
-    y = np.array([r.measured_s for r in rows])
-    columns = np.array([r.terms for r in rows]) / y[:, None]
-    active = sorted({0, *terms}) if len(rows) > len({0, *terms}) else [0]
+    n = x.shape[1]
+    columns = x / y[:, None]
+    wanted = {0, *(range(n) if terms is None else terms)}
+    active = sorted(wanted) if len(x) > len(wanted) else [0]
     while True:
         coef = _huber_lstsq(columns[:, active])
         if all(c >= 0 for c in coef) or len(active) == 1:
             break
         active = [i for i, c in zip(active, coef, strict=True) if c >= 0 or i == 0]
-    full = [0.0] * N_TERMS
-    for i, c in zip(active, coef, strict=True):
-        full[i] = float(c)
+    full = np.zeros(n)
+    full[active] = coef
     if full[0] <= 0:
         s = columns[:, 0]
-        full = [float(s.sum() / (s * s).sum()) if np.any(s > 0) else 1.0] + [0.0] * (N_TERMS - 1)
-    return tuple(full)
+        full = np.zeros(n)
+        full[0] = s.sum() / (s * s).sum() if np.any(s > 0) else 1.0
+    return full
 
 
 def _fitted(rows: Sequence[ModelRow], terms: Sequence[int] = tuple(range(N_TERMS))

@@ -14,6 +14,7 @@ from predictor.correction import (
     fit_correction,
     leave_one_family_out,
     repeat_spread,
+    solve_columns,
 )
 
 SHAPES = [(0.004, 60, 0.001), (0.020, 150, 0.006), (0.001, 200, 0.0004), (0.050, 90, 0.03),
@@ -78,6 +79,21 @@ def test_recovers_traffic_that_only_ops_larger_than_l2_pay():
 def test_a_term_that_would_be_negative_is_dropped_not_kept():
     fit = fit_correction(rows(1.2, 0.0, -0.3))  # traffic would "speed things up": not physical
     assert fit.c_traffic == 0.0 and fit.overhead_s >= 0.0 and fit.a > 0
+
+
+def test_solve_columns_fits_any_number_of_candidate_terms_and_drops_negative_ones():
+    """The solver behind the correction takes extra columns (benchmarks/correction_variants.py)."""
+    rng = np.random.default_rng(3)
+    x = np.column_stack([rng.uniform(0.001, 0.05, 40), rng.integers(30, 400, 40),
+                         *rng.uniform(0.0, 0.01, (4, 40))])
+    y = x @ np.array([1.1, 3e-6, 0.0, 0.5, 0.0, 1.7])
+    assert solve_columns(x, y) == pytest.approx([1.1, 3e-6, 0.0, 0.5, 0.0, 1.7], rel=1e-6,
+                                                abs=1e-9)
+    only = solve_columns(x, y, terms=(5,))  # column 0 always, 5 asked for, the rest held at 0
+    assert only[1:5] == pytest.approx([0, 0, 0, 0]) and only[5] > 0
+    x[:, 2] = x[:, 0] * rng.uniform(0.0, 0.5, 40)  # a column that would "speed things up"
+    anti = solve_columns(x, x[:, 0] + 3e-6 * x[:, 1] - 0.5 * x[:, 2])
+    assert anti[2] == 0.0 and np.all(anti >= 0) and anti[1] > 0
 
 
 def test_lofo_reports_held_out_error_against_the_plain_sum():
