@@ -22,6 +22,7 @@ The variants (`VARIANTS`; one entry each):
   leave-one-family-out log residual from model-level features (each op family's share of the
   op sum, log op sum, time per op, traffic, weight and large-op time over the op sum, log batch),
   the "second-stage gradient-boosted model" the predictor issue invites.
+- bagged over the zoo's families: the five terms fitted on resampled families, averaged.
 
 On the 2-vCPU dev VM's 32 MiB-L3 incarnation (nine pairs, 12-02 23:51 to 12-03 07:50;
 benchmarks/RESULTS.md, 2026-12-03 late morning) none was adopted: see that entry for the numbers.
@@ -151,6 +152,22 @@ def _second_stage(learner) -> Callable[[list[Setting]], Callable[[Setting], floa
     return fit
 
 
+def _bagged(n: int = 40) -> Callable[[list[Setting]], Callable[[Setting], float]]:
+    """The five terms fitted on `n` resamples of the zoo's families (drawn with replacement),
+    their predictions averaged in log: the terms are collinear (the per-op overhead came out 0-15
+    us over eleven profiles of one VM), and averaging fits is the usual cure for an unstable one."""
+    def fit(train: list[Setting]) -> Callable[[Setting], float]:
+        rng = np.random.default_rng(0)
+        families = sorted({s.family for s in train})
+        fits = []
+        for _ in range(n):
+            drawn = rng.choice(len(families), len(families))
+            sample = [s for i in drawn for s in train if s.family == families[i]]
+            fits.append(_fit_linear(_as_fitted, sample))
+        return lambda s: float(np.exp(np.mean([np.log(max(f(s), 1e-12)) for f in fits])))
+    return fit
+
+
 VARIANTS: dict[str, Callable[[list[Setting]], Callable[[Setting], float]]] = {
     "as fitted": lambda t: _fit_linear(_as_fitted, t),
     "weights by footprint": lambda t: _fit_linear(_weights_by_footprint, t),
@@ -158,6 +175,7 @@ VARIANTS: dict[str, Callable[[list[Setting]], Callable[[Setting], float]]] = {
     "conv sum apart": lambda t: _fit_linear(_conv_sum_apart, t),
     "second stage, ridge": _second_stage(_ridge),
     "second stage, gradient-boosted": _second_stage(_gbm),
+    "bagged over the zoo's families": _bagged(),
 }
 
 
