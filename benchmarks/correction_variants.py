@@ -1,6 +1,6 @@
 """Would another form of the end-to-end correction predict unseen models better? Refit each
 candidate on a profile's own end-to-end timings and re-predict a recorded `hwlat evaluate --json`
-of the same profile (no timing: captures only, ~2 min per pair on 2 cores).
+of the same profile (no timing: captures only, ~25 s per pair on 2 cores).
 
     python benchmarks/correction_variants.py DB EVAL_JSON CACHE_HOME [DB EVAL_JSON CACHE_HOME ...]
 
@@ -24,7 +24,7 @@ The variants (`VARIANTS`; one entry each):
   the "second-stage gradient-boosted model" the predictor issue invites.
 - bagged over the zoo's families: the five terms fitted on resampled families, averaged.
 
-On the 2-vCPU dev VM's 32 MiB-L3 incarnation (nine pairs, 12-02 23:51 to 12-03 07:50;
+On the 2-vCPU dev VM's 32 MiB-L3 incarnation (eleven pairs, 12-02 23:51 to 12-03 09:25;
 benchmarks/RESULTS.md, 2026-12-03 late morning) none was adopted: see that entry for the numbers.
 """
 
@@ -47,7 +47,7 @@ from profilers.capture import capture_spec
 from profilers.errors import HwlatError
 from profilers.specs import parse_input_spec
 
-FAMILIES = ("conv", "matmul", "attention", "norm", "eltwise", "pool", "reduce", "data")
+FAMILIES = (*(f for f in ops.FAMILIES if f != "free"), ops.UNKNOWN)
 
 
 @dataclass
@@ -118,7 +118,9 @@ def _fit_linear(columns: Callable[[Setting], np.ndarray], train: list[Setting]
 
 def _lofo(fit: Callable[[list[Setting]], Callable[[Setting], float]],
           settings: list[Setting]) -> list[float]:
-    """Each setting predicted by a fit without its family."""
+    """Each setting predicted by a fit without its family (NaN with fewer than two families)."""
+    if len({s.family for s in settings}) < 2:
+        return [math.nan] * len(settings)
     out: dict[int, float] = {}
     for family in {s.family for s in settings}:
         predict = fit([s for s in settings if s.family != family])
@@ -145,6 +147,8 @@ def _gbm(x: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
 def _second_stage(learner) -> Callable[[list[Setting]], Callable[[Setting], float]]:
     def fit(train: list[Setting]) -> Callable[[Setting], float]:
         first = _fit_linear(_as_fitted, train)
+        if len({s.family for s in train}) < 2:  # no held-out-family residuals to learn from
+            return first
         held = _lofo(lambda t: _fit_linear(_as_fitted, t), train)
         residual = np.array([math.log(s.measured_s / p) for s, p in zip(train, held, strict=True)])
         model = learner(np.array([_features(s) for s in train]), residual)
@@ -209,9 +213,13 @@ def pair(db_path: str, eval_path: str) -> dict[str, tuple[float, ...]]:
             except HwlatError:
                 continue
             zoo.append(_setting(predictor, c, m.family, min(g.median_s for g in group)))
-        held = [_setting(predictor, captured(m["spec"], m["inputs"], "cpu", m["dtype"]),
+        held = [_setting(predictor, captured(m["spec"], m["inputs"], predictor.device.kind,
+                                             m["dtype"]),
                          m["spec"], m["measured_ms"] / 1e3) for m in report["models"]]
     fitted = VARIANTS["as fitted"](zoo)
+    if not zoo or not held:
+        sys.exit(f"{eval_path}: {len(zoo)} end-to-end settings and {len(held)} evaluated models: "
+                 "nothing to fit or score")
     gap = max(abs(fitted(s) * 1e3 / m["predicted_ms"] - 1)
               for s, m in zip(held, report["models"], strict=True))
     print(f"{eval_path}: {len(zoo)} end-to-end settings, {len(held)} evaluated; the refit "
@@ -236,10 +244,16 @@ def main(argv: list[str]) -> None:
         os.environ["XDG_CACHE_HOME"] = argv[i + 2]
         results.append(pair(argv[i], argv[i + 1]))
     if len(results) > 1:
-        print(f"mean over {len(results)} pairs")
+        print(f"mean over {len(results)} pairs; pairs better / worse than as fitted (MAPE, "
+              "level removed, zoo LOFO)")
+        base = np.array([r["as fitted"] for r in results])
         for name in VARIANTS:
-            mape, within, level, lofo = np.mean([r[name] for r in results], axis=0)
-            print(f"  {name:32s} {mape:5.1f}% {within:9.0f}% {level:12.1f}% {lofo:8.1f}%")
+            each = np.array([r[name] for r in results])
+            mape, within, level, lofo = each.mean(axis=0)
+            counts = ", ".join(f"{int((each[:, i] < base[:, i]).sum())}/"
+                               f"{int((each[:, i] > base[:, i]).sum())}" for i in (0, 2, 3))
+            print(f"  {name:32s} {mape:5.1f}% {within:9.0f}% {level:12.1f}% {lofo:8.1f}%"
+                  + (f"  {counts}" if name != "as fitted" else ""))
 
 
 if __name__ == "__main__":

@@ -58,8 +58,8 @@ percentile), and flipped between profiles of one machine (`benchmarks/RESULTS.md
 No second stage. A ridge or gradient-boosted (LightGBM) model of this correction's held-out-family
 log residual, from model-level features (each op family's share of the op sum, time per op, the
 traffic terms over the op sum, the batch), re-predicted eleven recorded evaluations of the held-out
-zoo at a mean 11.3% and 10.0% MAPE against 9.6% for the five terms alone, and the zoo's own leave-
-one-family-out error was worse in 7 and 9 of 11 profiles: on 32-56 settings it learns their noise
+zoo at a mean 11.3% and 10.1% MAPE against 9.6% for the five terms alone, and the zoo's own leave-
+one-family-out error was worse in 7 and 10 of 11 profiles: on 32-56 settings it learns their noise
 (`benchmarks/correction_variants.py`, which scores any new candidate term the same way).
 """
 
@@ -163,7 +163,8 @@ def solve_columns(x: np.ndarray, y: np.ndarray, terms: Sequence[int] | None = No
     default; 0 always).
 
     Columns whose coefficient comes out negative are dropped and the rest refitted; column 0
-    always stays (with no usable fit it is the ratio that makes the plain sum unbiased).
+    always stays (with no usable fit, its own coefficient negative, it is the ratio that makes the
+    plain sum unbiased and the others are 0).
     `benchmarks/correction_variants.py` fits candidate terms through this same solver.
     """
     n = x.shape[1]
@@ -172,9 +173,10 @@ def solve_columns(x: np.ndarray, y: np.ndarray, terms: Sequence[int] | None = No
     active = sorted(wanted) if len(x) > len(wanted) else [0]
     while True:
         coef = _huber_lstsq(columns[:, active])
-        if all(c >= 0 for c in coef) or len(active) == 1:
+        kept = [i for i, c in zip(active, coef, strict=True) if c >= 0 or i == 0]
+        if kept == active:  # all >= 0, or only column 0 negative: the fallback below
             break
-        active = [i for i, c in zip(active, coef, strict=True) if c >= 0 or i == 0]
+        active = kept
     full = np.zeros(n)
     full[active] = coef
     if full[0] <= 0:

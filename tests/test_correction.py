@@ -94,6 +94,10 @@ def test_solve_columns_fits_any_number_of_candidate_terms_and_drops_negative_one
     x[:, 2] = x[:, 0] * rng.uniform(0.0, 0.5, 40)  # a column that would "speed things up"
     anti = solve_columns(x, x[:, 0] + 3e-6 * x[:, 1] - 0.5 * x[:, 2])
     assert anti[2] == 0.0 and np.all(anti >= 0) and anti[1] > 0
+    # only column 0 negative: nothing to drop, so the plain-sum ratio instead (this looped forever)
+    y = -0.5 * x[:, 0] + 1e-4 * x[:, 1]
+    s = x[:, 0] / y
+    assert solve_columns(x, y, terms=(1,)) == pytest.approx([s.sum() / (s * s).sum(), 0, 0, 0, 0, 0])
 
 
 def test_lofo_reports_held_out_error_against_the_plain_sum():
