@@ -42,6 +42,7 @@ import numpy as np
 from kernels_db.store import KernelDB
 from predictor.correction import Correction, solve_columns
 from predictor.e2e import Predictor
+from predictor.evaluate import metrics
 from profilers import ops
 from profilers.capture import capture_spec
 from profilers.errors import HwlatError
@@ -119,10 +120,11 @@ def _fit_linear(columns: Callable[[Setting], np.ndarray], train: list[Setting]
 def _lofo(fit: Callable[[list[Setting]], Callable[[Setting], float]],
           settings: list[Setting]) -> list[float]:
     """Each setting predicted by a fit without its family (NaN with fewer than two families)."""
-    if len({s.family for s in settings}) < 2:
+    families = {s.family for s in settings}
+    if len(families) < 2:
         return [math.nan] * len(settings)
     out: dict[int, float] = {}
-    for family in {s.family for s in settings}:
+    for family in families:
         predict = fit([s for s in settings if s.family != family])
         out.update({i: predict(s) for i, s in enumerate(settings) if s.family == family})
     return [out[i] for i in range(len(settings))]
@@ -184,10 +186,12 @@ VARIANTS: dict[str, Callable[[list[Setting]], Callable[[Setting], float]]] = {
 
 
 def _scores(predicted: list[float], settings: list[Setting]) -> tuple[float, float, float]:
-    ratio = np.array(predicted) / np.array([s.measured_s for s in settings])
-    level = ratio / np.median(ratio)
-    return (100 * float(np.mean(np.abs(ratio - 1))), 100 * float(np.mean(np.abs(ratio - 1) <= 0.1)),
-            100 * float(np.mean(np.abs(level - 1))))
+    """MAPE, % within 10% and MAPE with the level removed (`predictor.evaluate.metrics`, as
+    `benchmarks/ground_truth_repeat.py` scores)."""
+    measured = [s.measured_s for s in settings]
+    raw = metrics(measured, predicted)
+    flat = metrics(measured, list(np.divide(predicted, np.median(np.divide(predicted, measured)))))
+    return raw["mape_pct"], 100 * raw["within_10pct"], flat["mape_pct"]
 
 
 def pair(db_path: str, eval_path: str) -> dict[str, tuple[float, ...]]:
@@ -216,11 +220,11 @@ def pair(db_path: str, eval_path: str) -> dict[str, tuple[float, ...]]:
         held = [_setting(predictor, captured(m["spec"], m["inputs"], predictor.device.kind,
                                              m["dtype"]),
                          m["spec"], m["measured_ms"] / 1e3) for m in report["models"]]
-    fitted = VARIANTS["as fitted"](zoo)
     if not zoo or not held:
         sys.exit(f"{eval_path}: {len(zoo)} end-to-end settings and {len(held)} evaluated models: "
                  "nothing to fit or score")
-    gap = max(abs(fitted(s) * 1e3 / m["predicted_ms"] - 1)
+    fitted = {name: fit(zoo) for name, fit in VARIANTS.items()}
+    gap = max(abs(fitted["as fitted"](s) * 1e3 / m["predicted_ms"] - 1)
               for s, m in zip(held, report["models"], strict=True))
     print(f"{eval_path}: {len(zoo)} end-to-end settings, {len(held)} evaluated; the refit "
           f"reproduces the evaluation's predictions to {gap:.1e}")
@@ -228,9 +232,8 @@ def pair(db_path: str, eval_path: str) -> dict[str, tuple[float, ...]]:
           f"{'zoo LOFO':>9s}")
     out = {}
     for name, fit in VARIANTS.items():
-        predict = fit(zoo)
-        mape, within, level = _scores([predict(s) for s in held], held)
-        lofo = _scores(_lofo(fit, zoo), zoo)[0]
+        mape, within, level = _scores([fitted[name](s) for s in held], held)
+        lofo = metrics([s.measured_s for s in zoo], _lofo(fit, zoo))["mape_pct"]
         out[name] = (mape, within, level, lofo)
         print(f"  {name:32s} {mape:5.1f}% {within:9.0f}% {level:12.1f}% {lofo:8.1f}%")
     return out
