@@ -196,6 +196,19 @@ haloregnetz_b; batch 1 and 8) from 21.0-22.1% to 17.2-20.6% MAPE, groups of 24 c
 8 from 27% to 19%; their dense convs went from 9.9-14.6% to 10.5-13.8%. A small gain: groups of
 4 channels stay under-predicted (0.5-0.75x, a slow path), groups of 16 at batch 1 over (1.2x)."""
 GROUP_WIDTHS = (2, 4, 8, 16, 24, 32, 48, 64, 128)
+DEPTHWISE_SHARE = 0.3
+DEPTHWISE_MULTIPLIERS = (1, 1, 2)
+"""Random convs drawn depthwise (groups = input channels), of any kernel size the draw gives,
+1x1 included, and with one or two output channels per group. Reparameterisable blocks (timm's
+RepViT, FastViT, MobileOne; RepVGG) train with a depthwise 1x1 branch beside the 3x3, and
+FastViT's stem widens with a depthwise 7x7 of two outputs per group; no zoo model has either,
+and depthwise convs were drawn only with kernels over 1. At 1 thread ATen runs an unstrided 1x1
+conv below batch 16 on its native kernels (`ops.conv_path_features`), which loop over the
+groups: a depthwise 1x1 on 1x384x7x7 took 2.24 ms alone, and 1x192x14x14 1.75 ms, where the conv
+model (extrapolating from dense native 1x1 convs, one GEMM each) priced them at 0.03 ms; a 48 ->
+96 depthwise 7x7 on 1x48x64x64 1.87 against 0.26 ms. RepViT-M0.9's 49 depthwise convs came to
+37.9 ms alone against 4.4 ms predicted, and the model was under-predicted by 45% (FastViT-T8:
+18.7 against 6.2 ms, -43%; 12-03 11:44 profile, `benchmarks/unseen_timm2.txt`)."""
 
 
 CONV3D_SHARE = 0.2
@@ -252,8 +265,8 @@ def _conv(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
     cin = _channels(rng, 3, 2048) if rng.random() > 0.05 else 3
     k = rng.choice((1, 1, 1, 3, 3, 3, 5, 7))
     stride = rng.choice((1, 1, 1, 2))
-    depthwise = k > 1 and rng.random() < 0.3
-    cout = cin if depthwise else _channels(rng, 8, 2048)
+    depthwise = rng.random() < DEPTHWISE_SHARE
+    cout = cin * rng.choice(DEPTHWISE_MULTIPLIERS) if depthwise else _channels(rng, 8, 2048)
     groups = cin if depthwise else 1
     if not depthwise and rng.random() < GROUPED_SHARE:
         width = rng.choice(GROUP_WIDTHS)

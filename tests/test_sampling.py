@@ -99,6 +99,19 @@ def test_random_convs_include_grouped_ones_that_real_models_use():
         assert per_group in sampling.GROUP_WIDTHS
 
 
+def test_random_convs_include_the_depthwise_kinds_of_reparameterisable_blocks():
+    """Depthwise 1x1 convs (RepViT, FastViT, MobileOne) run on ATen's per-group native kernels at
+    1 thread, and depthwise convs with two outputs per group (FastViT's stem): both are drawn."""
+    convs = [r for r in sampling.random_records("conv", 120, seed=0)
+             if r.op.endswith("conv2d.default")]
+    depthwise = [r for r in convs if len(r.args) > 6 and r.args[6] == r.inputs[0].shape[1] > 1]
+    kernels = {tuple(r.inputs[1].shape[2:]) for r in depthwise}
+    assert (1, 1) in kernels and len(kernels) >= 3
+    outputs_per_group = {r.inputs[1].shape[0] // r.args[6] for r in depthwise}
+    assert outputs_per_group == {1, 2}
+    assert all(r.inputs[1].shape[1] == 1 for r in depthwise)
+
+
 def test_the_data_family_draws_the_detectors_roi_align_and_nms() -> None:
     from profilers.opbench import check_replay
 
