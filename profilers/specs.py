@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import inspect
 import os
 import re
 import sys
@@ -454,7 +455,10 @@ def _hf_inputs(model: nn.Module, config: Any) -> tuple[tuple[str, ...], list[Inp
     names = [main]
     if main == "input_ids" and getattr(config, "vision_config", None) is not None:
         names.append("pixel_values")
-    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+    # DETR-like detectors are encoder-decoders that decode learned queries, not token ids (their
+    # forward takes **kwargs, so decoder_input_ids would be dropped unseen)
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False)) \
+        and "decoder_input_ids" in inspect.signature(model.forward).parameters
     if encoder_decoder and main != "input_ids":
         names.append("decoder_input_ids")
     specs = []

@@ -143,6 +143,8 @@ def test_hf_builds_from_config_on_meta(model_type: str, vocab: int) -> None:
     ("t5", ("input_ids", "decoder_input_ids"), [InputSpec((2, 128), "int64")]),
     ("clip", ("input_ids", "pixel_values"), [InputSpec((2, 77), "int64"),
                                              InputSpec((2, 3, 224, 224))]),
+    # an encoder-decoder whose decoder takes learned queries, not token ids: no int64 input
+    ("table-transformer", ("pixel_values",), [InputSpec((2, 3, 224, 224))]),
 ])
 def test_hf_inputs_follow_the_models_main_input(model_type: str, names: tuple,
                                                 inputs: list) -> None:
