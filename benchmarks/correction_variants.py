@@ -28,7 +28,8 @@ The variants (`VARIANTS`; one entry each):
   terms fitted on what is left.
 
 On the 2-vCPU dev VM's 32 MiB-L3 incarnation (eleven pairs, 12-02 23:51 to 12-03 09:25;
-benchmarks/RESULTS.md, 2026-12-03 late morning) none was adopted: see that entry for the numbers.
+benchmarks/RESULTS.md, 2026-12-03 late morning; thirteen with the fixed overheads, the midday
+entry) none was adopted: see those entries for the numbers.
 """
 
 from __future__ import annotations
@@ -113,11 +114,12 @@ def _features(s: Setting) -> np.ndarray:
                      *(s.terms[2:] / total), math.log(s.batch)])
 
 
-def _fit_linear(columns: Callable[[Setting], np.ndarray], train: list[Setting]
-                ) -> Callable[[Setting], float]:
+def _fit_linear(columns: Callable[[Setting], np.ndarray], train: list[Setting],
+                given: Callable[[Setting], float] = lambda s: 0.0) -> Callable[[Setting], float]:
+    """`columns` fitted to each measured time less the part `given` (not fitted) says."""
     x = np.array([columns(s) for s in train])
-    coef = solve_columns(x, np.array([s.measured_s for s in train]))
-    return lambda s: float(columns(s) @ coef)
+    coef = solve_columns(x, np.array([s.measured_s - given(s) for s in train]))
+    return lambda s: float(columns(s) @ coef + given(s))
 
 
 def _lofo(fit: Callable[[list[Setting]], Callable[[Setting], float]],
@@ -181,12 +183,8 @@ def _overhead_fixed(us: float) -> Callable[[list[Setting]], Callable[[Setting], 
     """The per-op overhead given, not fitted: it came out 0-15 us over eleven profiles of one VM,
     traded against the traffic and weight terms (collinear on ~50 settings). The other terms are
     fitted to what is left of each measured time, with the solver's error relative to that."""
-    def fit(train: list[Setting]) -> Callable[[Setting], float]:
-        x = np.array([np.delete(s.terms, 1) for s in train])
-        y = np.array([s.measured_s - us * 1e-6 * s.terms[1] for s in train])
-        coef = solve_columns(x, y)
-        return lambda s: float(np.delete(s.terms, 1) @ coef + us * 1e-6 * s.terms[1])
-    return fit
+    return lambda t: _fit_linear(lambda s: np.delete(s.terms, 1), t,
+                                 given=lambda s: us * 1e-6 * s.terms[1])
 
 
 VARIANTS: dict[str, Callable[[list[Setting]], Callable[[Setting], float]]] = {

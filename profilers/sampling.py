@@ -201,7 +201,7 @@ DEPTHWISE_MULTIPLIERS = (1, 1, 2)
 """Random convs drawn depthwise (groups = input channels), of any kernel size the draw gives,
 1x1 included, and with one or two output channels per group. Reparameterisable blocks (timm's
 RepViT, FastViT, MobileOne; RepVGG) train with a depthwise 1x1 branch beside the 3x3, and
-FastViT's stem widens with a depthwise 7x7 of two outputs per group; no zoo model has either,
+FastViT's patch embeddings widen with a depthwise 7x7 of two outputs per group; no zoo model has either,
 and depthwise convs were drawn only with kernels over 1. At 1 thread ATen runs an unstrided 1x1
 conv below batch 16 on its native kernels (`ops.conv_path_features`), which loop over the
 groups: a depthwise 1x1 on 1x384x7x7 took 2.24 ms alone, and 1x192x14x14 1.75 ms, where the conv
