@@ -37,7 +37,9 @@ def input_options(f):
     f = click.option("--batch", type=click.IntRange(min=1),
                      help="Override the first dimension of every input.")(f)
     f = click.option("--input", "inputs", multiple=True, metavar="SPEC",
-                     help="Input shape, e.g. 1x3x224x224 or int64:1x128 (repeatable).")(f)
+                     help="Input shape, e.g. 1x3x224x224 or int64:1x128; repeat it for a "
+                          "model with several inputs. Feeds every MODEL given (default: each "
+                          "model's own input).")(f)
     return f
 
 
