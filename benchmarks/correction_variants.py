@@ -117,11 +117,18 @@ def _features(s: Setting) -> np.ndarray:
                      *(s.terms[2:] / total), math.log(s.batch)])
 
 
+def _solve(columns: Callable[[Setting], np.ndarray], train: list[Setting],
+           given: Callable[[Setting], float] = lambda s: 0.0) -> np.ndarray:
+    """The coefficients of `columns` fitted to each measured time less the part `given` (not
+    fitted) says."""
+    x = np.array([columns(s) for s in train])
+    return solve_columns(x, np.array([s.measured_s - given(s) for s in train]))
+
+
 def _fit_linear(columns: Callable[[Setting], np.ndarray], train: list[Setting],
                 given: Callable[[Setting], float] = lambda s: 0.0) -> Callable[[Setting], float]:
-    """`columns` fitted to each measured time less the part `given` (not fitted) says."""
-    x = np.array([columns(s) for s in train])
-    coef = solve_columns(x, np.array([s.measured_s - given(s) for s in train]))
+    """`_solve`'s fit as a predictor."""
+    coef = _solve(columns, train, given)
     return lambda s: float(columns(s) @ coef + given(s))
 
 
@@ -197,11 +204,9 @@ def _overhead_within(lo_us: float, hi_us: float
     other terms refitted (`_overhead_fixed`): a fit's 0 or 28 us is its collinearity, not a
     machine whose ops cost nothing, or 28 us, to launch."""
     def fit(train: list[Setting]) -> Callable[[Setting], float]:
-        coef = solve_columns(np.array([s.terms for s in train]),
-                             np.array([s.measured_s for s in train]))
-        us = coef[1] * 1e6
+        us = _solve(_as_fitted, train)[1] * 1e6
         if lo_us <= us <= hi_us:
-            return lambda s: float(s.terms @ coef)
+            return _fit_linear(_as_fitted, train)
         return _overhead_fixed(min(max(us, lo_us), hi_us))(train)
     return fit
 

@@ -101,7 +101,7 @@ def test_random_convs_include_grouped_ones_that_real_models_use():
 
 def test_random_convs_include_the_depthwise_kinds_of_reparameterisable_blocks():
     """Depthwise 1x1 convs (RepViT, FastViT, MobileOne) run on ATen's per-group native kernels at
-    1 thread, and depthwise convs with two outputs per group (FastViT's stem): both are drawn."""
+    1 thread, and depthwise convs with two outputs per group (FastViT's patch embeddings): both are drawn."""
     convs = [r for r in sampling.random_records("conv", 120, seed=0)
              if r.op.endswith("conv2d.default")]
     depthwise = [r for r in convs if len(r.args) > 6 and r.args[6] == r.inputs[0].shape[1] > 1]
