@@ -359,18 +359,54 @@ def _norm_act(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], boo
     return nn.Sequential(nn.LayerNorm(c), act), [(rng.choice((1, 8)), seq, c)], False
 
 
+STRIDED_SHARE = 0.25
+"""Of the random elementwise ops and reductions, the share drawn on a permuted view of their
+first input, as models hand them over: ConvNeXt-V2's global response norm takes the L2 norm over
+the spatial dims of an NHWC tensor seen as NCHW, XCiT normalises the transposed queries and adds
+a transposed branch to its residual stream. Never drawn so, such ops were priced at 0.04-0.5x
+their time (1 thread, the 14:53 profile of 12-03): the spatial L2 norm of 1x640x14x14 at 26 us
+against 214 us timed alone (59 us on a contiguous input), an add with one transposed operand of
+1x196x128 at 12 us against 26, gelu on 1x160x56x56 channels_last at 258 us against 520 (274 us
+contiguous). Sums and means are not slower on such views; the trees learn which ops are from the
+`contiguous` and `channels_last` features and `op_code`."""
+
+
+def _viewed(rng: random.Random, shape: tuple[int, ...], image: bool
+            ) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """(the shape to allocate, the permutation whose view of it has `shape`), the permutation
+    None outside `STRIDED_SHARE`: an image (n, c, h, w) as a view of an NHWC tensor (channels_last
+    strides), anything else with its last two dims transposed."""
+    if rng.random() >= STRIDED_SHARE or len(shape) < 2:
+        return shape, None
+    if image and len(shape) == 4:
+        n, c, h, w = shape
+        return (n, h, w, c), (0, 3, 1, 2)
+    perm = (*range(len(shape) - 2), len(shape) - 1, len(shape) - 2)  # its own inverse
+    return tuple(shape[i] for i in perm), perm
+
+
+def _view(x: torch.Tensor, perm: tuple[int, ...] | None) -> torch.Tensor:
+    return x if perm is None else x.permute(*perm)
+
+
 class _Reduce(nn.Module):
-    def __init__(self, kind: str, dim: int | None = -1) -> None:
+    def __init__(self, kind: str, dim: int | None = -1,
+                 view: tuple[int, ...] | None = None) -> None:
         super().__init__()
-        self.kind, self.dim = kind, dim
+        self.kind, self.dim, self.view = kind, dim, view
 
     def forward(self, x):
+        x = _view(x, self.view)
         if self.kind == "softmax":
             return torch.softmax(x, dim=-1)
         if self.kind == "log_softmax":
             return torch.log_softmax(x, dim=-1)
         if self.kind == "spatial_mean":  # squeeze-and-excitation, global pooling by hand
             return x.mean((2, 3), keepdim=True)
+        if self.kind == "spatial_l2norm":  # ConvNeXt-V2's global response norm
+            return torch.linalg.vector_norm(x, 2, (2, 3), keepdim=True)
+        if self.kind == "l2norm":  # F.normalize: cosine attention, XCiT, CLIP's embeddings
+            return torch.linalg.vector_norm(x, 2, -1, keepdim=True)
         if self.kind == "amax":
             return x.amax(dim=-1)
         if self.kind == "sort":
@@ -390,10 +426,11 @@ class _Reduce(nn.Module):
         return x.sum(dim=-1)
 
 
-REDUCE_TAIL = ("sort", "argsort", "topk", "cumsum", "std", "argmax", "max")
+REDUCE_TAIL = ("sort", "argsort", "topk", "cumsum", "std", "argmax", "max", "l2norm",
+               "spatial_l2norm")
 """Reductions no classifier of a training zoo runs (detection post-processing, token pruning,
-positional sums): never timed, they were predicted at 0.02-0.1x their time (sort of 36 rows of
-2940, topk 1000 of 100000, cumsum over 8x128x256, std; 1 thread)."""
+positional sums, L2 normalisation): never timed, they were predicted at 0.02-0.1x their time (sort
+of 36 rows of 2940, topk 1000 of 100000, cumsum over 8x128x256, std; 1 thread)."""
 
 
 def _reduce(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
@@ -403,9 +440,10 @@ def _reduce(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]
     kind = (rng.choice(("softmax", "softmax", "spatial_mean", "log_softmax", "amax", "sum"))
             if rng.random() < 0.6 else _deal(rng, REDUCE_TAIL))
     n = rng.choice((1, 1, 8))
-    if kind == "spatial_mean":
+    if kind in ("spatial_mean", "spatial_l2norm"):
         c = _channels(rng, 16, 2048)
-        return _Reduce(kind), [(n, c, *(2 * [_fit_spatial(n, c, _spatial(rng))]))], False
+        shape, view = _viewed(rng, (n, c, *(2 * [_fit_spatial(n, c, _spatial(rng))])), image=True)
+        return _Reduce(kind, view=view), [shape], False
     if kind == "log_softmax":
         return _Reduce(kind), [(n, rng.choice((1000, 1000, 21843, 32000, 50257)))], False
     heads = rng.choice((1, 3, 4, 8, 12, 16))
@@ -417,11 +455,17 @@ def _reduce(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]
         dim = 2  # across rows
     elif kind in ("std", "argmax") and rng.random() < 0.3:
         dim = None  # the whole tensor: a std over 36x2940 took 0.08 ms, 0.16x what rows said
-    return _Reduce(kind, dim), [(n, heads, seq, seq)], False
+    shape, view = _viewed(rng, (n, heads, seq, seq), image=False)  # XCiT's transposed queries
+    return _Reduce(kind, dim, view), [shape], False
 
 
 class _Binary(nn.Module):
+    def __init__(self, view: tuple[int, ...] | None = None) -> None:
+        super().__init__()
+        self.view = view
+
     def forward(self, a, b):
+        a = _view(a, self.view)
         return a * torch.sigmoid(b) + a
 
 
@@ -442,12 +486,12 @@ a sequence) their time (1 thread)."""
 
 
 class _Tail(nn.Module):
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, view: tuple[int, ...] | None = None) -> None:
         super().__init__()
-        self.name = name
+        self.name, self.view = name, view
 
     def forward(self, a, b):
-        return ELTWISE_TAIL[self.name](a, b)
+        return ELTWISE_TAIL[self.name](_view(a, self.view), b)
 
 
 def _eltwise(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
@@ -457,9 +501,18 @@ def _eltwise(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool
         if rng.random() < 0.4:  # a token sequence: (batch, tokens, channels)
             shape = (rng.choice((1, 8)), rng.choice((16, 49, 128, 197, 512, 2940)), c)
         other = shape if rng.random() < 0.7 else (*shape[:-1], 1)
-        return _Tail(_deal(rng, sorted(ELTWISE_TAIL))), [shape, other], False
+        name = _deal(rng, sorted(ELTWISE_TAIL))
+        first, view = _viewed(rng, shape, image=len(shape) == 4)
+        return _Tail(name, view), [first, other], False
+    if rng.random() < 0.3:  # a token sequence: a transformer's residual adds and gates
+        shape = (rng.choice((1, 8)), rng.choice((16, 49, 128, 197, 512, 2940)), c)
+        other = shape if rng.random() < 0.6 else (shape[0], 1, c)
+        first, view = _viewed(rng, shape, image=False)
+        return _Binary(view), [first, other], False
     other = shape if rng.random() < 0.6 else (shape[0], c, 1, 1)
-    return _Binary(), [shape, other], rng.random() < 0.3
+    channels_last = rng.random() < 0.3
+    first, view = _viewed(rng, shape, image=True) if not channels_last else (shape, None)
+    return _Binary(view), [first, other], channels_last
 
 
 class _Relayout(nn.Module):
