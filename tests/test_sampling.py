@@ -80,8 +80,9 @@ def test_random_configs_stay_within_the_per_config_caps():
 
 
 def test_layout_copies_include_gathers_the_zoo_rarely_has() -> None:
-    records = sampling.random_records("data", 16, seed=3)
-    assert records and all(lookup(r.op).family == "data" for r in records)
+    drawn = sampling.random_records("data", 16, seed=3)
+    records = [r for r in drawn if lookup(r.op).family == "data"]
+    assert records and all(lookup(r.op).family == "eltwise" for r in drawn if r not in records)
     strides = [ops.generic_features(r)["log_gather_stride"] for r in records]
     assert max(strides) >= 5  # a transposing copy reads every 32nd element or further apart
     assert min(strides) == 0  # and some copy whole rows (attention heads)
@@ -130,7 +131,7 @@ def test_the_data_family_draws_the_detectors_roi_align_and_nms() -> None:
     ("reduce", 80, {"aten.sort.default", "aten.topk.default", "aten.cumsum.default"}),
     ("eltwise", 120, {"aten.where.self", "aten.exp.default", "aten.div.Tensor"}),
     ("data", 80, {"aten.upsample_bilinear2d.vec", "aten.upsample_nearest2d.vec",
-                  "aten.pixel_shuffle.default"}),
+                  "aten.pixel_shuffle.default", "aten.index.Tensor"}),
 ])
 def test_random_configs_cover_ops_a_classifier_zoo_never_runs(family, n, expected) -> None:
     """Never timed, such ops were predicted at 0.02-0.6x (or 21x) their time."""
