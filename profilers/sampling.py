@@ -556,15 +556,17 @@ class _Rearrange(nn.Module):
             return F.pad(x, (1, 1, 1, 1))
         if self.kind == "flip":
             return torch.flip(x, (-1,))
+        if self.kind == "roll":  # Swin's shifted windows, on its NHWC feature maps
+            return torch.roll(x.permute(0, 2, 3, 1), (-3, -3), (1, 2))
         if self.kind == "index_select":
             return x.index_select(1, self.every_other)
         return torch.cat([x, x], dim=1)
 
 
 REARRANGE_KINDS = ("nearest", "bilinear", "bilinear", "bilinear_down", "bilinear_aligned",
-                   "pixel_shuffle", "pad", "flip", "index_select", "cat")
+                   "pixel_shuffle", "pad", "flip", "index_select", "cat", "roll")
 """Never timed before they were drawn here: up- and down-sampling was predicted at 0.02-0.58x
-its time, pixel shuffle at 0.08x (1 thread)."""
+its time, pixel shuffle at 0.08x, Swin's roll of 1x56x56x96 at 6x (433 us against 72; 1 thread)."""
 
 
 class _PositionBias(nn.Module):

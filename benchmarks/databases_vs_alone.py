@@ -1,0 +1,98 @@
+"""Did a sampler change price a model's ops better? Each op family's summed estimate from one or
+more databases against the same ops re-timed alone now, per model and over all of them.
+
+    python benchmarks/databases_vs_alone.py THREADS FAMILIES LABEL=DB@CACHE_HOME [...] \
+        -- SPEC@INPUT [SPEC@INPUT ...]
+
+FAMILIES is a comma-separated list (norm,reduce,eltwise,...); CACHE_HOME is the XDG_CACHE_HOME
+each database's models were trained into (so they are reloaded, not retrained). Every distinct op
+config is timed alone once, as a profile times it (`kernels_db.build._measure_config`, a 1 MiB
+flush), and each database prices it as `hwlat predict` would, hidden copies split off included
+(`profilers.ops.dense_input_split`), so an older database is priced with this code's split.
+Unlike `inmodel_vs_isolated.py` it compares databases, not the model against its ops: the ops
+alone are the ground truth of the op models, whatever the model does around them.
+
+Written for the sampler's permuted views (`profilers.sampling.STRIDED_SHARE`): the 12-03 14:53
+profile priced XCiT's and ConvNeXt-V2's reductions at 0.20x and 0.17x their time alone, the
+17:01 profile with the views at 0.45x and 0.93x (benchmarks/RESULTS.md, 2026-12-03 evening).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+
+import torch
+
+from kernels_db.build import _measure_config
+from kernels_db.store import KernelDB
+from predictor.e2e import Predictor
+from profilers import allocator
+from profilers.capture import capture_spec
+from profilers.ops import is_free, record_family
+from profilers.specs import parse_input_spec
+from profilers.timer import CacheFlusher
+
+ALONE = "alone"
+
+
+def _predictors(labelled: list[str]) -> list[tuple[str, Predictor]]:
+    out = []
+    for item in labelled:
+        label, _, where = item.partition("=")
+        db_path, _, cache = where.partition("@")
+        os.environ["XDG_CACHE_HOME"] = cache  # read when the models are loaded, just below
+        with KernelDB.open(db_path, readonly=True) as db:
+            out.append((label, Predictor.for_device(db, db.list_devices()[0].id)))
+    return out
+
+
+def _line(family: str, sums: dict[str, float], labels: list[str]) -> str:
+    alone = sums[ALONE]
+    return (f"  {family:8s} {ALONE} {alone * 1e3:8.3f} ms  " + "  ".join(
+        f"{label} {sums[label] * 1e3:8.3f} ({sums[label] / alone:.2f}x)" for label in labels))
+
+
+def main(threads: int, families: list[str], labelled: list[str], models: list[str]) -> None:
+    torch.set_num_threads(threads)
+    allocator.apply()
+    predictors = _predictors(labelled)
+    labels = [label for label, _ in predictors]
+    flusher = CacheFlusher(1 << 20)
+    alone: dict[str, float] = {}
+    overall: dict[str, dict[str, float]] = collections.defaultdict(
+        lambda: collections.defaultdict(float))
+    for item in models:
+        spec, _, inp = item.partition("@")
+        captured = capture_spec(spec, inputs=[parse_input_spec(inp)])
+        for _, predictor in predictors:
+            predictor.estimate_ops(captured.ops)
+        sums: dict[str, dict[str, float]] = collections.defaultdict(
+            lambda: collections.defaultdict(float))
+        for record in captured.ops:
+            family = record_family(record)
+            if is_free(record) or family not in families:
+                continue
+            if record.key not in alone:
+                alone[record.key] = _measure_config(record, "cpu", flusher, threads)[0].median_s
+            sums[family][ALONE] += alone[record.key]
+            for label, predictor in predictors:
+                sums[family][label] += predictor.estimate(record).p50_s
+        print(f"{spec} {inp}")
+        for family, by_label in sorted(sums.items()):
+            print(_line(family, by_label, labels))
+            for label, seconds in by_label.items():
+                overall[family][label] += seconds
+        sys.stdout.flush()
+    print("all models")
+    for family in families:
+        if overall[family][ALONE]:
+            print(_line(family, overall[family], labels))
+
+
+if __name__ == "__main__":
+    if "--" not in sys.argv or sys.argv.index("--") < 4:
+        sys.exit(__doc__.split("\n\n")[1])
+    split = sys.argv.index("--")
+    main(int(sys.argv[1]), sys.argv[2].split(","), sys.argv[3:split], sys.argv[split + 1:])
