@@ -13,8 +13,8 @@ Unlike `inmodel_vs_isolated.py` it compares databases, not the model against its
 alone are the ground truth of the op models, whatever the model does around them.
 
 Written for the sampler's permuted views (`profilers.sampling.STRIDED_SHARE`): the 12-03 14:53
-profile priced XCiT's and ConvNeXt-V2's reductions at 0.20x and 0.17x their time alone, the
-17:01 profile with the views at 0.45x and 0.93x (benchmarks/RESULTS.md, 2026-12-03 evening).
+profile priced XCiT's and ConvNeXt-V2's reductions at 0.23x and 0.14x their time alone, the
+18:19 profile with the views at 0.49x and 0.70x (benchmarks/RESULTS.md, 2026-12-03 evening).
 """
 
 from __future__ import annotations
