@@ -498,18 +498,23 @@ class _Tail(nn.Module):
         return ELTWISE_TAIL[self.name](_view(a, self.view), b)
 
 
+def _tokens(rng: random.Random, c: int) -> tuple[int, int, int]:
+    """A token sequence: (batch, tokens, channels)."""
+    return rng.choice((1, 8)), rng.choice((16, 49, 128, 197, 512, 2940)), c
+
+
 def _eltwise(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
     c, hw = _channels(rng, 16, 1024), _spatial(rng)
     shape = (rng.choice((1, 8)), c, hw, hw)
     if rng.random() < 0.5:
-        if rng.random() < 0.4:  # a token sequence: (batch, tokens, channels)
-            shape = (rng.choice((1, 8)), rng.choice((16, 49, 128, 197, 512, 2940)), c)
+        if rng.random() < 0.4:
+            shape = _tokens(rng, c)
         other = shape if rng.random() < 0.7 else (*shape[:-1], 1)
         name = _deal(rng, sorted(ELTWISE_TAIL))
         first, view = _viewed(rng, shape, image=len(shape) == 4)
         return _Tail(name, view), [first, other], False
-    if rng.random() < 0.3:  # a token sequence: a transformer's residual adds and gates
-        shape = (rng.choice((1, 8)), rng.choice((16, 49, 128, 197, 512, 2940)), c)
+    if rng.random() < 0.3:  # a transformer's residual adds and gates
+        shape = _tokens(rng, c)
         other = shape if rng.random() < 0.6 else (shape[0], 1, c)
         first, view = _viewed(rng, shape, image=False)
         return _Binary(view), [first, other], False
@@ -556,7 +561,7 @@ class _Rearrange(nn.Module):
             return F.pad(x, (1, 1, 1, 1))
         if self.kind == "flip":
             return torch.flip(x, (-1,))
-        if self.kind == "roll":  # Swin's shifted windows, on its NHWC feature maps
+        if self.kind == "roll":  # Swin's shifted windows (here on an NHWC view, Swin's is dense)
             return torch.roll(x.permute(0, 2, 3, 1), (-3, -3), (1, 2))
         if self.kind == "index_select":
             return x.index_select(1, self.every_other)
