@@ -108,8 +108,8 @@ def test_peaks_with_a_tiny_budget_are_positive():
     assert peaks["gflops"]["float32"] > 0
     assert set(peaks["gflops"]) | set(peaks["skipped_dtypes"]) == {"float32", "bfloat16"}
     assert all(v > 0 for v in peaks["gflops"].values())
-    assert peaks["gbps"] > 0
-    assert set(peaks["noise"]) == set(peaks["gflops"]) | {"copy"}
+    assert peaks["gbps"] > 0 and peaks["stream_gbps"] > 0
+    assert set(peaks["noise"]) == set(peaks["gflops"]) | {"copy", "stream"}
     assert peaks["measured_at"].endswith("+00:00") and peaks["method"]
 
 
