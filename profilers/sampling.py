@@ -561,8 +561,9 @@ class _Rearrange(nn.Module):
             return F.pad(x, (1, 1, 1, 1))
         if self.kind == "flip":
             return torch.flip(x, (-1,))
-        if self.kind == "roll":  # Swin's shifted windows (here on an NHWC view, Swin's is dense)
-            return torch.roll(x.permute(0, 2, 3, 1), (-3, -3), (1, 2))
+        if self.kind == "roll":  # Swin's shifted windows, on a dense NHWC map as Swin's (a view:
+            n, c, h, w = x.shape  # the values are rearranged, not their cost)
+            return torch.roll(x.reshape(n, h, w, c), (-3, -3), (1, 2))
         if self.kind == "index_select":
             return x.index_select(1, self.every_other)
         return torch.cat([x, x], dim=1)
