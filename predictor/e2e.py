@@ -104,9 +104,6 @@ class Predictor:
         self.profiled_dtypes: set[str] = set()  # empty: unknown, no notes
         self.profiled_ops: set[str] = set()  # `ops.op_kind` of each measured config; empty: unknown
         self._bytes_per_s = peaks_or_nominal(models.peaks)["gbps"] * 1e9
-        # weights streamed by an op beyond the LLC (peaks measured before it: the copy's)
-        self._stream_bytes_per_s = ((models.peaks or {}).get("stream_gbps") or 0) * 1e9 \
-            or self._bytes_per_s
         caches = (device.fingerprint or {}).get("caches", {})
         # the assumed 32 MiB only applies to a fingerprint without cache sizes
         self._llc_bytes = float(caches.get("l3") or caches.get("l2") or 32 << 20)
@@ -296,7 +293,7 @@ class Predictor:
                                self.models.threads)
             for (key, record), p50, lo, hi in zip(by_key.items(), *model.predict_matrix(x),
                                                   strict=True):
-                floor = self._memory_floor_s(record, family)
+                floor = self._memory_floor_s(record)
                 self._cache[key] = OpEstimate(max(float(p50), floor), max(float(lo), floor),
                                               max(float(hi), floor), "model", family)
         if split:
@@ -340,18 +337,13 @@ class Predictor:
                   if s / total >= self.UNTIMED_NOTE_SHARE]
         return sorted(shares, key=lambda kv: -kv[1])
 
-    def _memory_floor_s(self, record: OpRecord, family: str) -> float:
+    def _memory_floor_s(self, record: OpRecord) -> float:
         """An op whose data cannot fit in the last-level cache streams it from memory at best
-        at the measured bandwidths: its weights at the weight-streaming one (a matrix-vector
-        product's, `fingerprint.measure_peaks`), the rest at the copy's. Trees cannot extrapolate
-        past their largest training config (alexnet's 151 MB fc weights were predicted 4x below
-        this bound), so model predictions are floored here; measured configs are left as
-        measured. A gather (the data family) reads a few rows of its table, not all of it."""
+        at the measured copy bandwidth. Trees cannot extrapolate past their largest training
+        config (alexnet's 151 MB fc weights were predicted 4x below this bound), so model
+        predictions are floored here; measured configs are left as measured."""
         nbytes = ops.bytes_of(record)
-        if nbytes <= self._llc_bytes:
-            return 0.0
-        weights = 0.0 if family == "data" else min(float(record.weight_bytes), nbytes)
-        return weights / self._stream_bytes_per_s + (nbytes - weights) / self._bytes_per_s
+        return nbytes / self._bytes_per_s if nbytes > self._llc_bytes else 0.0
 
     def _weights_s(self, timed: list[tuple[OpRecord, OpEstimate]],
                    op_bytes: Sequence[float]) -> float:

@@ -375,10 +375,13 @@ def measure_peaks(
     Matrix sizes grow until one matmul is long enough to time well within the budget; the copy
     and the stream are far beyond the last-level cache so they measure memory, not cache,
     bandwidth. The stream is a matrix-vector product (a batch-1 linear layer) reading its weights
-    once: how fast an op larger than the LLC streams them, which a copy overstates. On the 2-vCPU
-    dev VM at 2 threads a copy moved 45.8 GB/s and a 1x4096 by 4096x4096 linear read its weights
-    at 21.0 (1 thread: 24.5 and 19.2), and alexnet's fc6 and fc7, priced at the copy's speed,
-    came out 1.3x and 1.7x faster than they ran alone.
+    once: how fast an op larger than the LLC streams them, which a copy can overstate. On the
+    2-vCPU dev VM at 2 threads a copy moved 45.8 GB/s and a 1x4096 by 4096x4096 linear read its
+    weights at 21.0 (1 thread: 24.5 and 19.2). It is recorded, not yet used: as the memory floor
+    of the predictor (`Predictor._memory_floor_s`) it moved alexnet at batch 1 from -9%/-14% to
+    +29%/+31% at 2 threads, the one profile that measured it having met a slow spell (12.4 GB/s
+    against 18-21 minutes later), and re-predicting the profiles' evaluations with and without it
+    is how a steadier measurement of it can be judged (benchmarks/RESULTS.md, 2026-12-03 night).
     """
     kind, index = parse_device(device)
     if kind == "cuda" and (not torch.cuda.is_available() or index >= torch.cuda.device_count()):
