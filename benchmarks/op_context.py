@@ -9,7 +9,9 @@ and `a * sum + b * ops`, least squares on relative error, as `predictor.correcti
 
     python benchmarks/op_context.py THREADS SPEC@INPUT [SPEC@INPUT ...]
 
-One process, no other timing meanwhile: 1-2 minutes for 18 small torchvision models at 1 thread.
+One process, no other timing meanwhile: 1-2 minutes for 18 small torchvision models at 1 or 2
+threads. At 2 threads the scrubbed timings fitted 4.9-6.6% leave-one-out against 8.7-9.7% for
+flush-only ones with a per-op overhead (benchmarks/RESULTS.md, 2026-12-03 night).
 Models whose forward calls ops through Python glue the replay cannot re-issue (a data-dependent
 branch) still replay; only the aten calls are timed.
 """
