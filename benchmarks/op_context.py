@@ -11,7 +11,9 @@ and `a * sum + b * ops`, least squares on relative error, as `predictor.correcti
 
 One process, no other timing meanwhile: 1-2 minutes for 18 small torchvision models at 1 or 2
 threads. At 2 threads the scrubbed timings fitted 4.9-6.6% leave-one-out against 8.7-9.7% for
-flush-only ones with a per-op overhead (benchmarks/RESULTS.md, 2026-12-03 night).
+flush-only ones with a per-op overhead, yet a 2-thread profile timed with the scrub predicted the
+held-out zoo worse than one without, back to back: 14.0% against 9.1% MAPE (benchmarks/RESULTS.md,
+2026-12-03 night).
 Models whose forward calls ops through Python glue the replay cannot re-issue (a data-dependent
 branch) still replay; only the aten calls are timed.
 """
