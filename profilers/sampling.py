@@ -561,8 +561,8 @@ class _Rearrange(nn.Module):
             return F.pad(x, (1, 1, 1, 1))
         if self.kind == "flip":
             return torch.flip(x, (-1,))
-        if self.kind == "roll":  # Swin's shifted windows, on a dense NHWC map as Swin's (a view:
-            n, c, h, w = x.shape  # the values are rearranged, not their cost)
+        if self.kind == "roll":  # Swin's shifted windows roll a dense NHWC map: the same
+            n, c, h, w = x.shape  # memory read as (n, h, w, c), a free view
             return torch.roll(x.reshape(n, h, w, c), (-3, -3), (1, 2))
         if self.kind == "index_select":
             return x.index_select(1, self.every_other)
