@@ -561,16 +561,41 @@ class _Rearrange(nn.Module):
             return F.pad(x, (1, 1, 1, 1))
         if self.kind == "flip":
             return torch.flip(x, (-1,))
-        if self.kind == "roll":  # Swin's shifted windows roll a dense NHWC map: the same
-            n, c, h, w = x.shape  # memory read as (n, h, w, c), a free view
-            return torch.roll(x.reshape(n, h, w, c), (-3, -3), (1, 2))
+        if self.kind in NHWC_KINDS:  # Swin, MaxViT and their kin work on a dense NHWC map:
+            n, c, h, w = x.shape  # the same memory read as (n, h, w, c), a free view
+            return self._nhwc(x.reshape(n, h, w, c))
         if self.kind == "index_select":
             return x.index_select(1, self.every_other)
         return torch.cat([x, x], dim=1)
 
+    def _nhwc(self, x):
+        n, h, w, c = x.shape
+        if self.kind == "roll":
+            return torch.roll(x, (-3, -3), (1, 2))
+        if self.kind == "pad_nhwc":  # Swin pads H and W up to whole windows, by 0 (a copy) or more
+            return F.pad(x, (0, 0, 0, (7 - w % 7) % 7, 0, (7 - h % 7) % 7))
+        if self.kind == "merge":  # Swin's patch merging: each 2x2 patch's four pixels side by
+            return torch.cat([x[:, i::2, j::2] for j in (0, 1) for i in (0, 1)], -1)  # side
+        s = next(s for s in (7, 8, 12, 10, 5, 4, 1) if h % s == 0)  # a window's side
+        if self.kind == "windows":  # windows out of the map (Swin's partition, MaxViT's block)
+            x = x.reshape(n, h // s, s, w // s, s, c).permute(0, 1, 3, 2, 4, 5)
+            return x.reshape(-1, s * s, c)
+        if self.kind == "unwindows":  # and back (Swin's window reverse)
+            x = x.reshape(n, h // s, w // s, s, s, c).permute(0, 1, 3, 2, 4, 5)
+            return x.reshape(n, h, w, c)
+        # MaxViT's grid: an s x s grid of cells strided across the map, each a window
+        x = x.reshape(n, s, h // s, s, w // s, c).permute(0, 2, 4, 1, 3, 5)
+        return x.reshape(-1, s * s, c)
 
+
+NHWC_KINDS = ("roll", "pad_nhwc", "windows", "unwindows", "grid", "merge")
+"""Rearrangements of a dense NHWC map, as window attention makes them. Swin-T's window partitions
+and reverses (6-D permuted copies, channels innermost) were priced from image permutes that
+gather: 1x8x8x7x7x96 at 132 us against 40 alone, its data ops at 1.27-1.76x their time alone
+(8x3x224x224: 61.5 ms against 34.9); with these drawn 0.76-0.85x (26.5 ms), 1 thread. The cat of
+its patch merging's four strided quarters was priced at 0.50-0.56x."""
 REARRANGE_KINDS = ("nearest", "bilinear", "bilinear", "bilinear_down", "bilinear_aligned",
-                   "pixel_shuffle", "pad", "flip", "index_select", "cat", "roll")
+                   "pixel_shuffle", "pad", "flip", "index_select", "cat", *NHWC_KINDS)
 """Never timed before they were drawn here: up- and down-sampling was predicted at 0.02-0.58x
 its time, pixel shuffle at 0.08x, Swin's roll of 1x56x56x96 at 6x (433 us against 72; 1 thread)."""
 
@@ -651,8 +676,8 @@ def _layout_copy(rng: random.Random) -> Drawn:
     detectors' RoIAlign (a bilinear gather) and non-maximum suppression, where torchvision is
     installed."""
     n = rng.choice((1, 1, 8))
-    kind = rng.choice(("image", "image", "sequence", "heads", "grid", "roi", "nms", "rearrange",
-                       "rearrange", "rearrange", "rearrange", "bias"))
+    kind = rng.choice(("image", "image", "sequence", "heads", "grid", "roi", "nms", "bias",
+                       *("rearrange",) * 6))  # 16 kinds dealt (REARRANGE_KINDS), 4+ of each
     if kind == "bias":
         tokens, heads = rng.choice((16, 49, 49, 64, 144, 196)), rng.choice((2, 3, 4, 6, 8, 12, 16))
         table_first = rng.random() < 0.5
@@ -660,7 +685,9 @@ def _layout_copy(rng: random.Random) -> Drawn:
     if kind == "rearrange":
         c = _channels(rng, 16, 512) // 4 * 4 or 16
         hw = _fit_spatial(n, 4 * c, rng.choice((7, 10, 14, 20, 28, 32, 40, 56, 64, 80, 128)))
-        return _Rearrange(_deal(rng, REARRANGE_KINDS), c), [(n, c, hw, hw)], rng.random() < 0.2
+        kind = _deal(rng, REARRANGE_KINDS)  # NHWC kinds read their dense input as NHWC
+        channels_last = rng.random() < 0.2 and kind not in NHWC_KINDS
+        return _Rearrange(kind, c), [(n, c, hw, hw)], channels_last
     if kind in ("roi", "nms"):
         if importlib.util.find_spec("torchvision") is not None:
             return _roi_align(rng) if kind == "roi" else _nms(rng)
