@@ -273,7 +273,7 @@ def test_each_rounds_pace_is_kept_and_a_session_at_another_pace_than_the_profile
         "the machine ran 1.20x the profile's pace while these models were measured (a fixed "
         "probe beside each timing, profilers.pace: median 6.00 ms now, 5.00 ms in the profile), "
         "so measured latencies run high against the predictions for a reason outside the model; "
-        "`--anchor session` scales predictions to this session")
+        "`--anchor pace` scales the predictions by this ratio")
     assert pace_note(report.rows, [SimpleNamespace(id=0, pace_s=0.0057, contended=False)]) is None
     assert pace_note(report.rows, []) is None  # an older profile, not probed
 
@@ -347,3 +347,39 @@ def test_a_model_with_subnormal_values_gets_a_note(predictor):
     unchecked = evaluate(None, "dev1", cases, predictor=predictor,
                          measure_fn=lambda *a: timing([0.004] * a[2]))
     assert [r.subnormal_share for r in unchecked.rows] == [None, None]
+
+
+def test_pace_anchor_scales_every_predictor_by_the_probe_now_over_the_profile(predictor,
+                                                                              tmp_path):
+    with KernelDB.open(tmp_path / "paced.db") as db:
+        db.upsert_device({"t": 1}, device_id="dev1", kind="cpu", threads=1, peaks=PEAKS)
+        for i, pace_s in enumerate([0.005] * 6 + [0.020]):  # the last in a slow spell: not used
+            db.add_model_measurement("dev1", f"m{i}", "f", {"inputs": list(SMALL)}, [0.002] * 3,
+                                     stats={"pace_s": pace_s})
+        cases = [EvalCase(SPECS[0], SMALL)]
+        paces = iter([0.006, 0.006, 0.0066])
+
+        def paced(*a):
+            return timing([0.004] * a[2], pace_s=next(paces))
+
+        plain = evaluate(None, "dev1", cases, predictor=predictor,
+                         measure_fn=lambda *a: timing([0.004] * a[2]))
+        anchored = evaluate(db, "dev1", cases, predictor=predictor, measure_fn=paced,
+                            anchor="pace")
+        unprobed = evaluate(db, "dev1", cases, predictor=predictor,
+                            measure_fn=lambda *a: timing([0.004] * a[2]), anchor="pace")
+    assert anchored.anchor == "pace" and anchored.drift.ratio == pytest.approx(1.2)
+    assert anchored.drift.pace_ms == pytest.approx((6.0, 5.0))
+    a, p = anchored.rows[0], plain.rows[0]
+    assert a.measured_ms == p.measured_ms == pytest.approx(4.0)  # the ground truth is untouched
+    assert a.predicted_ms == pytest.approx(1.2 * p.predicted_ms)
+    assert a.predicted_profile_ms == pytest.approx(p.predicted_ms)
+    assert a.flops_pred_ms == pytest.approx(1.2 * p.flops_pred_ms)
+    assert anchored.summary["hwlat_profile_anchor"]["mape_pct"] == plain.summary["hwlat"]["mape_pct"]
+    assert not any("profile's pace" in n for n in anchored.notes)  # it acted on it instead
+    data = json.loads(json.dumps(anchored.to_json()))
+    assert data["anchor"] == "pace" and data["drift"]["pace_then_ms"] == pytest.approx(5.0)
+    # no probe in this evaluation: said, and the predictions left as profiled
+    assert unprobed.anchor == "profile" and unprobed.drift is None
+    assert unprobed.rows[0].predicted_ms == pytest.approx(p.predicted_ms)
+    assert any("pace probe was not timed" in n for n in unprobed.notes)

@@ -8,7 +8,15 @@ from rich.table import Table
 from hwlat.commands.common import json_option, open_db, parse_inputs, write_plot
 from hwlat.output import emit_json, stderr, stdout
 from predictor.devices import choose_device, require_this_machine
-from predictor.evaluate import ROUND_TIME_S, ROUNDS, EvalCase, EvalReport, evaluate, zoo_cases
+from predictor.evaluate import (
+    ANCHORS,
+    ROUND_TIME_S,
+    ROUNDS,
+    EvalCase,
+    EvalReport,
+    evaluate,
+    zoo_cases,
+)
 
 
 @click.command("evaluate")
@@ -31,12 +39,12 @@ from predictor.evaluate import ROUND_TIME_S, ROUNDS, EvalCase, EvalReport, evalu
                    "(runs split between them; a round adds passes until its median is stable, "
                    f"for up to {ROUND_TIME_S:g} s): a slow spell of the machine then hits every "
                    "model a little instead of a few a lot.")
-@click.option("--anchor", type=click.Choice(["profile", "session"]), default="profile",
-              show_default=True,
+@click.option("--anchor", type=click.Choice(ANCHORS), default="profile", show_default=True,
               help="profile: predict as profiled; session: also re-time training-zoo references "
                    "here, before and after the models (~1 min), report the device's drift since "
-                   "profiling and scale every predictor by it (the profile-anchored numbers are "
-                   "kept beside).")
+                   "profiling and scale every predictor by it; pace: scale them by how much slower "
+                   "the pace probe timed beside every model ran than in the profile (no extra "
+                   "timing). The profile-anchored numbers are kept beside.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Predicted vs measured (PNG).")
 @json_option
 @click.pass_context
@@ -117,7 +125,12 @@ def show(report: EvalReport) -> None:
                         f"{m['within_20pct']:.0%}", spearman,
                         style="dim" if name == "remeasurement" else None)
     stdout.print(summary)
-    if report.drift:
+    if report.drift and report.drift.pace_ms:
+        d = report.drift
+        stdout.print(f"anchor: the pace probe ran x{d.ratio:.3f} (IQR {d.q25:.3f}-{d.q75:.3f}) "
+                     f"its time in the profile ({d.pace_ms[0]:.2f} ms now, {d.pace_ms[1]:.2f} ms "
+                     "then); hwlat and the baselines are scaled by it")
+    elif report.drift:
         d = report.drift
         stdout.print(f"anchor: {len(d.references)} training-zoo references run x{d.ratio:.3f} "
                      f"(IQR {d.q25:.3f}-{d.q75:.3f}) of their profiled time in this session; "
