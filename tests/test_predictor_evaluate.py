@@ -274,7 +274,7 @@ def test_each_rounds_pace_is_kept_and_a_session_at_another_pace_than_the_profile
         "probe beside each timing, profilers.pace: median 6.00 ms now, 5.00 ms in the profile), "
         "so measured latencies run high against the predictions for a reason outside the model; "
         "`--anchor pace` scales the predictions by this ratio")
-    assert pace_note(report.rows, [SimpleNamespace(id=0, pace_s=0.0057, contended=False)]) is None
+    assert pace_note(report.rows, [SimpleNamespace(id=0, pace_s=0.0058, contended=False)]) is None
     assert pace_note(report.rows, []) is None  # an older profile, not probed
 
 
