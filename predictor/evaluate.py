@@ -536,13 +536,12 @@ def pace_note(rows: Sequence[EvalRow], profile_timings: Sequence) -> str | None:
     their measurements keep) than during the profile's undisturbed end-to-end timings
     (`profilers.pace`: the median probe time of each; a VM's speed state moves the ground truth,
     not the prediction). None when either is unknown."""
-    now = _kept_paces([r.round_pace_ms for r in rows], [r.contended_rounds for r in rows],
-                      [r.slow_rounds for r in rows])
-    then_ms = _profile_pace_ms(profile_timings)
-    if not now or then_ms is None:
+    drift = _pace_drift(_kept_paces([r.round_pace_ms for r in rows],
+                                    [r.contended_rounds for r in rows],
+                                    [r.slow_rounds for r in rows]), profile_timings)
+    if drift is None:
         return None
-    now_ms = statistics.median(now)
-    ratio = now_ms / then_ms
+    ratio, (now_ms, then_ms) = drift.ratio, drift.pace_ms
     if 1 / PACE_NOTE < ratio < PACE_NOTE:
         return None
     return (f"the machine ran {ratio:.2f}x the profile's pace while these models were measured "

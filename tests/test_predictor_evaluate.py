@@ -356,8 +356,10 @@ def test_pace_anchor_scales_every_predictor_by_the_probe_now_over_the_profile(pr
         for i, pace_s in enumerate([0.005] * 6 + [0.020]):  # the last in a slow spell: not used
             db.add_model_measurement("dev1", f"m{i}", "f", {"inputs": list(SMALL)}, [0.002] * 3,
                                      stats={"pace_s": pace_s})
-        cases = [EvalCase(SPECS[0], SMALL)]
-        paces = iter([0.006, 0.006, 0.0066])
+        cases = [EvalCase(spec, SMALL) for spec in SPECS]
+        # rounds in turn (A, B, A, B, A, B): B's first two in a slow spell, 2x the usual pace, so
+        # its measurement and the anchor keep only its third (over all six the median is 6.25)
+        paces = iter([0.0055, 0.012, 0.006, 0.012, 0.006, 0.0065])
 
         def paced(*a):
             return timing([0.004] * a[2], pace_s=next(paces))

@@ -42,8 +42,8 @@ from predictor.evaluate import (
 @click.option("--anchor", type=click.Choice(ANCHORS), default="profile", show_default=True,
               help="profile: predict as profiled; session: also re-time training-zoo references "
                    "here, before and after the models (~1 min), report the device's drift since "
-                   "profiling and scale every predictor by it; pace: scale them by how much slower "
-                   "the pace probe timed beside every model ran than in the profile (no extra "
+                   "profiling and scale every predictor by it; pace: scale them by the time of the "
+                   "pace probe timed beside every model over its time in the profile (no extra "
                    "timing). The profile-anchored numbers are kept beside.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Predicted vs measured (PNG).")
 @json_option
