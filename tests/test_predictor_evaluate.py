@@ -349,8 +349,7 @@ def test_a_model_with_subnormal_values_gets_a_note(predictor):
     assert [r.subnormal_share for r in unchecked.rows] == [None, None]
 
 
-def test_pace_anchor_scales_every_predictor_by_the_probe_now_over_the_profile(predictor,
-                                                                              tmp_path):
+def test_pace_anchor_scales_each_model_by_the_probe_beside_its_rounds(predictor, tmp_path):
     with KernelDB.open(tmp_path / "paced.db") as db:
         db.upsert_device({"t": 1}, device_id="dev1", kind="cpu", threads=1, peaks=PEAKS)
         for i, pace_s in enumerate([0.005] * 6 + [0.020]):  # the last in a slow spell: not used
@@ -358,7 +357,8 @@ def test_pace_anchor_scales_every_predictor_by_the_probe_now_over_the_profile(pr
                                      stats={"pace_s": pace_s})
         cases = [EvalCase(spec, SMALL) for spec in SPECS]
         # rounds in turn (A, B, A, B, A, B): B's first two in a slow spell, 2x the usual pace, so
-        # its measurement and the anchor keep only its third (over all six the median is 6.25)
+        # its measurement and its factor keep only its third (6.5 ms: 1.3x the profile's 5 ms; over
+        # all its rounds 12 ms), and A's are its three (median 6 ms: 1.2x)
         paces = iter([0.0055, 0.012, 0.006, 0.012, 0.006, 0.0065])
 
         def paced(*a):
@@ -370,18 +370,20 @@ def test_pace_anchor_scales_every_predictor_by_the_probe_now_over_the_profile(pr
                             anchor="pace")
         unprobed = evaluate(db, "dev1", cases, predictor=predictor,
                             measure_fn=lambda *a: timing([0.004] * a[2]), anchor="pace")
-    assert anchored.anchor == "pace" and anchored.drift.ratio == pytest.approx(1.2)
-    assert anchored.drift.pace_ms == pytest.approx((6.0, 5.0))
-    a, p = anchored.rows[0], plain.rows[0]
-    assert a.measured_ms == p.measured_ms == pytest.approx(4.0)  # the ground truth is untouched
-    assert a.predicted_ms == pytest.approx(1.2 * p.predicted_ms)
-    assert a.predicted_profile_ms == pytest.approx(p.predicted_ms)
-    assert a.flops_pred_ms == pytest.approx(1.2 * p.flops_pred_ms)
+    assert anchored.anchor == "pace" and anchored.drift.ratio == pytest.approx(1.25)
+    assert (anchored.drift.q25, anchored.drift.q75) == pytest.approx((1.225, 1.275))
+    assert anchored.drift.pace_ms == pytest.approx((6.0, 5.0))  # over all rounds kept
+    for a, p, factor in zip(anchored.rows, plain.rows, (1.2, 1.3), strict=True):
+        assert a.measured_ms == p.measured_ms == pytest.approx(4.0)  # the truth is untouched
+        assert a.predicted_ms == pytest.approx(factor * p.predicted_ms)
+        assert a.predicted_profile_ms == pytest.approx(p.predicted_ms)
+        assert a.flops_pred_ms == pytest.approx(factor * p.flops_pred_ms)
+        assert a.interval_ms == pytest.approx([factor * v for v in p.interval_ms])
     assert anchored.summary["hwlat_profile_anchor"]["mape_pct"] == plain.summary["hwlat"]["mape_pct"]
     assert not any("profile's pace" in n for n in anchored.notes)  # it acted on it instead
     data = json.loads(json.dumps(anchored.to_json()))
     assert data["anchor"] == "pace" and data["drift"]["pace_then_ms"] == pytest.approx(5.0)
     # no probe in this evaluation: said, and the predictions left as profiled
     assert unprobed.anchor == "profile" and unprobed.drift is None
-    assert unprobed.rows[0].predicted_ms == pytest.approx(p.predicted_ms)
+    assert unprobed.rows[0].predicted_ms == pytest.approx(plain.rows[0].predicted_ms)
     assert any("pace probe was not timed" in n for n in unprobed.notes)

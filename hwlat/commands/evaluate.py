@@ -42,9 +42,9 @@ from predictor.evaluate import (
 @click.option("--anchor", type=click.Choice(ANCHORS), default="profile", show_default=True,
               help="profile: predict as profiled; session: also re-time training-zoo references "
                    "here, before and after the models (~1 min), report the device's drift since "
-                   "profiling and scale every predictor by it; pace: scale them by the time of the "
-                   "pace probe timed beside every model over its time in the profile (no extra "
-                   "timing). The profile-anchored numbers are kept beside.")
+                   "profiling and scale every predictor by it; pace: scale each model's predictions "
+                   "by the time of the pace probe timed beside its rounds over the probe's time in "
+                   "the profile (no extra timing). The profile-anchored numbers are kept beside.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Predicted vs measured (PNG).")
 @json_option
 @click.pass_context
@@ -127,9 +127,10 @@ def show(report: EvalReport) -> None:
     stdout.print(summary)
     if report.drift and report.drift.pace_ms:
         d = report.drift
-        stdout.print(f"anchor: the pace probe ran x{d.ratio:.3f} (IQR {d.q25:.3f}-{d.q75:.3f}) "
-                     f"its time in the profile ({d.pace_ms[0]:.2f} ms now, {d.pace_ms[1]:.2f} ms "
-                     "then); hwlat and the baselines are scaled by it")
+        stdout.print(f"anchor: beside each model's rounds the pace probe ran x{d.ratio:.3f} (median;"
+                     f" IQR {d.q25:.3f}-{d.q75:.3f}) its time in the profile ({d.pace_ms[0]:.2f} ms"
+                     f" now, {d.pace_ms[1]:.2f} ms then); each model's hwlat and baseline "
+                     "predictions are scaled by its own")
     elif report.drift:
         d = report.drift
         stdout.print(f"anchor: {len(d.references)} training-zoo references run x{d.ratio:.3f} "
