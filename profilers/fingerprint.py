@@ -376,12 +376,11 @@ def measure_peaks(
     and the stream are far beyond the last-level cache so they measure memory, not cache,
     bandwidth. The stream is a matrix-vector product (a batch-1 linear layer) reading its weights
     once: how fast an op larger than the LLC streams them, which a copy can overstate. On the
-    2-vCPU dev VM at 2 threads a copy moved 45.8 GB/s and a 1x4096 by 4096x4096 linear read its
-    weights at 21.0 (1 thread: 24.5 and 19.2). It is recorded, not yet used: as the memory floor
-    of the predictor (`Predictor._memory_floor_s`) it moved alexnet at batch 1 from -9%/-14% to
-    +29%/+31% at 2 threads, the one profile that measured it having met a slow spell (12.4 GB/s
-    against 18-21 minutes later), and re-predicting the profiles' evaluations with and without it
-    is how a steadier measurement of it can be judged (benchmarks/RESULTS.md, 2026-12-03 night).
+    2-vCPU dev VM at 2 threads a copy moved 24.5-31.7 GB/s and the stream 18.5-19.0 in three
+    profiles of 12-04 (1 thread: 19.6-21.4 and 18.4-21.9). The predictor floors the weights of an
+    op beyond the LLC at the stream (`Predictor._memory_floor_s`); one stream timed in a slow
+    spell read 12.4 GB/s (12-03), so every profile run times it again (`measure_stream_gbps`)
+    and keeps the fastest.
     """
     kind, index = parse_device(device)
     if kind == "cuda" and (not torch.cuda.is_available() or index >= torch.cuda.device_count()):
@@ -462,6 +461,17 @@ def _copy_gbps(dev: str, share_s: float) -> tuple[float, Measurement]:
         lambda: dst.copy_(src), warmup=1, min_reps=3, max_reps=30, max_time_s=share_s, device=dev
     )
     return 2.0 * nbytes / m.median_s / 1e9, m
+
+
+def measure_stream_gbps(device: str = "cpu", threads: int | None = None,
+                        budget_s: float = 0.6) -> float | None:
+    """The weight-streaming GB/s of `measure_peaks`, timed once more (None on a GPU, whose
+    peaks do not use it)."""
+    kind, _ = parse_device(device)
+    if kind != "cpu":
+        return None
+    with thread_count(threads):
+        return _stream_gbps("cpu", budget_s)[0]
 
 
 def _stream_gbps(dev: str, share_s: float) -> tuple[float, Measurement]:

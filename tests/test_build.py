@@ -683,3 +683,24 @@ def test_an_added_model_that_cannot_load_is_a_one_line_error(tmp_path):
     assert proc.returncode == 1
     assert err.strip().count("\n") == 0 and "unknown torchvision model" in err
     assert _count(tmp_path / "k.db") == 0
+
+
+def test_the_stream_is_timed_again_each_run_and_the_fastest_kept(tmp_path):
+    """The predictor floors weights beyond the LLC at the stream bandwidth: one timing in a slow
+    spell must not stay the device's (`build.retime_stream`)."""
+    from kernels_db.build import retime_stream
+    from kernels_db.store import KernelDB
+
+    with KernelDB.open(tmp_path / "s.db") as db:
+        db.upsert_device({"t": 1}, device_id="dev1", kind="cpu", threads=2,
+                         peaks={"gbps": 30.0, "stream_gbps": 12.4})
+        db.upsert_device({"t": 2}, device_id="old", kind="cpu", threads=1, peaks={"gbps": 20.0})
+        assert retime_stream(db, "dev1", "cpu", 2, measure=lambda d, t: 18.2) == 18.2
+        assert db.get_device("dev1").peaks == {"gbps": 30.0, "stream_gbps": 18.2,
+                                               "stream_timings": 2}
+        assert retime_stream(db, "dev1", "cpu", 2, measure=lambda d, t: 11.0) == 11.0
+        assert db.get_device("dev1").peaks["stream_gbps"] == 18.2  # the slower one is not kept
+        assert db.get_device("dev1").peaks["stream_timings"] == 3
+        # a profile from before the stream was measured keeps the copy's floor: nothing timed
+        assert retime_stream(db, "old", "cpu", 1, measure=lambda d, t: 1 / 0) is None
+        assert db.get_device("old").peaks == {"gbps": 20.0}

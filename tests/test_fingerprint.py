@@ -17,6 +17,7 @@ from profilers.fingerprint import (
     cpu_caches,
     fingerprint,
     measure_peaks,
+    measure_stream_gbps,
 )
 
 
@@ -100,6 +101,11 @@ def test_cuda_without_gpu_raises_device_error():
         fingerprint("cuda")
     with pytest.raises(DeviceError, match="no NVIDIA GPU visible"):
         measure_peaks("cuda", budget_s=0.1)
+
+
+def test_the_stream_is_timed_again_on_a_cpu_only():
+    assert measure_stream_gbps("cpu", threads=1, budget_s=0.1) > 0
+    assert measure_stream_gbps("cuda") is None  # a GPU's floor does not read it
 
 
 def test_peaks_with_a_tiny_budget_are_positive():

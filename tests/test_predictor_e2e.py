@@ -151,6 +151,30 @@ def test_traffic_terms_leave_out_the_weights_of_ops_over_the_llc(db_path, tmp_pa
     assert p.traffic_ms == pytest.approx(p.large_traffic_ms)  # all three are over 1 MiB
 
 
+def test_ops_over_the_llc_are_floored_at_the_streaming_and_copy_bandwidths(
+        tmp_path, training_records):
+    """A model's prediction never beats memory for an op larger than the LLC: its weights at the
+    measured weight-streaming bandwidth (a matrix-vector product's), the rest at the copy's. A
+    device profiled before the stream was measured keeps the copy's floor for all bytes."""
+    x = TensorSpec((1, 9216), (9216, 1), "float32")
+    w = TensorSpec((4096, 9216), (9216, 1), "float32")  # alexnet's fc6: 151 MB
+    y = TensorSpec((1, 4096), (4096, 1), "float32")
+    fc6 = OpRecord("aten.linear.default", (x, w), {}, (y,), "fc6", weight_bytes=w.nbytes)
+    rest = ops.bytes_of(fc6) - w.nbytes
+    floors = {}
+    for name, peaks in (("stream", {**PEAKS, "stream_gbps": 2.5}), ("copy only", PEAKS)):
+        path = tmp_path / f"{name}.db"
+        with KernelDB.open(path) as db:
+            db.upsert_device({"t": 1}, device_id="dev1", kind="cpu", threads=1, name="box",
+                             peaks=peaks)
+            add_measured(db, training_records)
+            pred = Predictor.for_device(db, "box", cache_dir=tmp_path / name)
+        floors[name] = pred.estimate(fc6).p50_s
+    assert floors["stream"] == pytest.approx(w.nbytes / 2.5e9 + rest / 10e9)
+    # the copy's floor (15 ms) is under what this database's model says (1.7x its roofline)
+    assert ops.bytes_of(fc6) / 10e9 < floors["copy only"] < floors["stream"]
+
+
 def test_a_config_measured_at_two_batch_sizes_is_interpolated_between_them(tmp_path,
                                                                             training_records):
     def conv_at(batch):
