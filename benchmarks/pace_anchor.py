@@ -8,8 +8,10 @@ captures only, ~25 s per pair on 2 cores).
 
 Run it with the XDG_CACHE_HOME the evaluation ran with, so the op models are the ones it predicted
 with. Per pair: the recorded MAPE and the replayed one (they match where no round was timed beside
-other work: the replay has no CPU accounting), the probe's ratio now/then, and MAPE, share within
-5% and 10%, and the median prediction/measurement ratio with each anchor.
+other work: the replay has no CPU accounting), the pace anchor's median factor over the models
+(each model's probe beside its kept rounds over the probe in the profile) with the probe's median
+now and then, and MAPE, share within 5% and 10%, and the median prediction/measurement ratio with
+each anchor.
 """
 
 from __future__ import annotations
@@ -56,10 +58,10 @@ def pair(db_path: str, eval_path: str) -> None:
                                  predictor=predictor, measure_fn=_replay(report), anchor=anchor)
                 for anchor in ("profile", "pace")}
     paced = runs["pace"]
-    ratio = (f"{paced.drift.ratio:.3f} ({paced.drift.pace_ms[0]:.2f} / {paced.drift.pace_ms[1]:.2f}"
-             " ms)" if paced.drift else "unknown (not probed)")
-    print(f"{eval_path}: recorded MAPE {report['summary']['hwlat']['mape_pct']:.1f}%, "
-          f"pace now/then {ratio}")
+    ratio = (f"median model factor {paced.drift.ratio:.3f}, the probe {paced.drift.pace_ms[0]:.2f} "
+             f"ms over all kept rounds / {paced.drift.pace_ms[1]:.2f} ms in the profile"
+             if paced.drift else "pace unknown (not probed)")
+    print(f"{eval_path}: recorded MAPE {report['summary']['hwlat']['mape_pct']:.1f}%, {ratio}")
     for anchor, r in runs.items():
         print(_line(anchor, r))
 

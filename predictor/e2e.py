@@ -104,10 +104,10 @@ class Predictor:
         self.profiled_dtypes: set[str] = set()  # empty: unknown, no notes
         self.profiled_ops: set[str] = set()  # `ops.op_kind` of each measured config; empty: unknown
         self._bytes_per_s = peaks_or_nominal(models.peaks)["gbps"] * 1e9
-        # weights streamed by an op beyond the LLC (a profile from before it was measured: the
-        # copy's bandwidth)
-        self._stream_bytes_per_s = ((models.peaks or {}).get("stream_gbps") or 0) * 1e9 \
-            or self._bytes_per_s
+        # weights streamed by an op beyond the LLC, on a CPU (a GPU, or a profile from before it
+        # was measured: the copy's bandwidth; `build.retime_stream` keeps a CPU's steady)
+        stream_gbps = (models.peaks or {}).get("stream_gbps") if device.kind == "cpu" else None
+        self._stream_bytes_per_s = (stream_gbps or 0) * 1e9 or self._bytes_per_s
         caches = (device.fingerprint or {}).get("caches", {})
         # the assumed 32 MiB only applies to a fingerprint without cache sizes
         self._llc_bytes = float(caches.get("l3") or caches.get("l2") or 32 << 20)

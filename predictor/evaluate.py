@@ -308,7 +308,7 @@ class EvalReport:
     interval_coverage: float  # share of models whose measurement lies in the interval
     runs: int
     notes: list[str] = field(default_factory=list)
-    anchor: str = "profile"  # "session" or "pace": predictions scaled by `drift.ratio`
+    anchor: str = "profile"  # "session": predictions scaled by `drift.ratio`; "pace": by model
     drift: Drift | None = None
 
     def to_json(self) -> dict:
@@ -572,7 +572,8 @@ def pace_note(rows: Sequence[EvalRow], profile_timings: Sequence) -> str | None:
             f"(a fixed probe beside each timing, profilers.pace: median {now_ms:.2f} ms now, "
             f"{then_ms:.2f} ms in the profile), so measured latencies run "
             f"{'high' if ratio > 1 else 'low'} against the predictions for a reason outside the "
-            "model; `--anchor pace` scales the predictions by this ratio")
+            "model; `--anchor pace` scales each model's predictions by the probe beside its "
+            "rounds")
 
 
 def _report(device: str, rows: list[EvalRow], runs: int, notes: list[str],

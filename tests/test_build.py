@@ -131,7 +131,8 @@ def test_bad_budget_is_bad_usage(tmp_path, budget):
 
 def test_zoo_models_are_timed_at_the_start_and_again_at_the_end(tmp_path, monkeypatch):
     """Two passes per setting, the second after the op sampling, which runs with the second
-    pass's time kept back; a resumed run adds nothing; without fresh processes, one pass."""
+    pass's time kept back, and the weight stream timed again before it; a resumed run adds
+    nothing; without fresh processes, one pass."""
     from kernels_db import build
     from kernels_db.store import KernelDB
     from profilers import isolate, modelbench
@@ -146,8 +147,13 @@ def test_zoo_models_are_timed_at_the_start_and_again_at_the_end(tmp_path, monkey
         log.append(f"configs {deadline.reserved_s > 0}")
         return 0
 
+    def fake_stream(db, device_id, device, threads):
+        log.append("stream")
+        return 20.0
+
     monkeypatch.setattr(modelbench, "time_forward_isolated", fake_forward)
     monkeypatch.setattr(build, "measure_configs", fake_configs)
+    monkeypatch.setattr(build, "retime_stream", fake_stream)
     settings = build.ProfileSettings(threads=1, budget_s=600, models=("torchvision:squeezenet1_1",),
                                      batches=(1,), random_per_family=1)
     with KernelDB.open(tmp_path / "k.db") as db:
@@ -155,8 +161,8 @@ def test_zoo_models_are_timed_at_the_start_and_again_at_the_end(tmp_path, monkey
         rows = db.model_measurements(report.device_id, kind="e2e")
         assert report.models_measured_now == 4 and len(rows) == 4 and report.models_untimed == 0
         assert log[:3] == ["model 1x3x224x224", "model 1x3x160x160", "configs True"]
-        assert log[-2:] == ["model 1x3x224x224", "model 1x3x160x160"]
-        assert set(log[2:-2]) == {"configs True"}
+        assert log[-3:] == ["stream", "model 1x3x224x224", "model 1x3x160x160"]
+        assert set(log[2:-3]) == {"configs True"} and report.stream_gbps_now == 20.0
         again = build.profile_device(db, settings)
         assert again.models_measured_now == 0 and "configs False" in log  # nothing to keep back
     monkeypatch.setattr(isolate, "enabled", lambda: False)
@@ -164,7 +170,8 @@ def test_zoo_models_are_timed_at_the_start_and_again_at_the_end(tmp_path, monkey
     with KernelDB.open(tmp_path / "single.db") as db:
         report = build.profile_device(db, settings)
     assert report.models_measured_now == 2
-    assert [e.split()[0] for e in log] == ["model", "model"] + ["configs"] * (len(log) - 2)
+    assert [e.split()[0] for e in log] == ["model", "model"] + ["configs"] * (len(log) - 3) + [
+        "stream"]
 
 
 def forward_timing(samples, threads=1, **kw):
@@ -691,16 +698,22 @@ def test_the_stream_is_timed_again_each_run_and_the_fastest_kept(tmp_path):
     from kernels_db.build import retime_stream
     from kernels_db.store import KernelDB
 
+    def failing(device, threads):
+        raise MemoryError
+
     with KernelDB.open(tmp_path / "s.db") as db:
         db.upsert_device({"t": 1}, device_id="dev1", kind="cpu", threads=2,
                          peaks={"gbps": 30.0, "stream_gbps": 12.4})
         db.upsert_device({"t": 2}, device_id="old", kind="cpu", threads=1, peaks={"gbps": 20.0})
+        db.upsert_device({"t": 3}, device_id="new", kind="cpu", threads=1)
         assert retime_stream(db, "dev1", "cpu", 2, measure=lambda d, t: 18.2) == 18.2
-        assert db.get_device("dev1").peaks == {"gbps": 30.0, "stream_gbps": 18.2,
-                                               "stream_timings": 2}
+        assert db.get_device("dev1").peaks == {"gbps": 30.0, "stream_gbps": 18.2}
+        token = db.state_token("dev1")
         assert retime_stream(db, "dev1", "cpu", 2, measure=lambda d, t: 11.0) == 11.0
         assert db.get_device("dev1").peaks["stream_gbps"] == 18.2  # the slower one is not kept
-        assert db.get_device("dev1").peaks["stream_timings"] == 3
-        # a profile from before the stream was measured keeps the copy's floor: nothing timed
-        assert retime_stream(db, "old", "cpu", 1, measure=lambda d, t: 1 / 0) is None
-        assert db.get_device("old").peaks == {"gbps": 20.0}
+        assert db.state_token("dev1") == token  # nor written: the models stay as trained
+        assert retime_stream(db, "dev1", "cpu", 2, measure=failing) is None  # the run goes on
+        # a device profiled before the stream was measured gets it; one with no peaks, nothing
+        assert retime_stream(db, "old", "cpu", 1, measure=lambda d, t: 19.0) == 19.0
+        assert db.get_device("old").peaks == {"gbps": 20.0, "stream_gbps": 19.0}
+        assert retime_stream(db, "new", "cpu", 1, measure=lambda d, t: 1 / 0) is None

@@ -155,17 +155,20 @@ def test_ops_over_the_llc_are_floored_at_the_streaming_and_copy_bandwidths(
         tmp_path, training_records):
     """A model's prediction never beats memory for an op larger than the LLC: its weights at the
     measured weight-streaming bandwidth (a matrix-vector product's), the rest at the copy's. A
-    device profiled before the stream was measured keeps the copy's floor for all bytes."""
+    device profiled before the stream was measured, and a GPU (whose stream no profile re-times),
+    keep the copy's floor for all bytes."""
     x = TensorSpec((1, 9216), (9216, 1), "float32")
     w = TensorSpec((4096, 9216), (9216, 1), "float32")  # alexnet's fc6: 151 MB
     y = TensorSpec((1, 4096), (4096, 1), "float32")
     fc6 = OpRecord("aten.linear.default", (x, w), {}, (y,), "fc6", weight_bytes=w.nbytes)
     rest = ops.bytes_of(fc6) - w.nbytes
     floors = {}
-    for name, peaks in (("stream", {**PEAKS, "stream_gbps": 2.5}), ("copy only", PEAKS)):
+    for name, kind, peaks in (("stream", "cpu", {**PEAKS, "stream_gbps": 2.5}),
+                              ("copy only", "cpu", PEAKS),
+                              ("gpu", "cuda", {**PEAKS, "stream_gbps": 2.5})):
         path = tmp_path / f"{name}.db"
         with KernelDB.open(path) as db:
-            db.upsert_device({"t": 1}, device_id="dev1", kind="cpu", threads=1, name="box",
+            db.upsert_device({"t": 1}, device_id="dev1", kind=kind, threads=1, name="box",
                              peaks=peaks)
             add_measured(db, training_records)
             pred = Predictor.for_device(db, "box", cache_dir=tmp_path / name)
@@ -173,6 +176,7 @@ def test_ops_over_the_llc_are_floored_at_the_streaming_and_copy_bandwidths(
     assert floors["stream"] == pytest.approx(w.nbytes / 2.5e9 + rest / 10e9)
     # the copy's floor (15 ms) is under what this database's model says (1.7x its roofline)
     assert ops.bytes_of(fc6) / 10e9 < floors["copy only"] < floors["stream"]
+    assert floors["gpu"] < floors["stream"]  # on the stream it could not be below it
 
 
 def test_a_config_measured_at_two_batch_sizes_is_interpolated_between_them(tmp_path,

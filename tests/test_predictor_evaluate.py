@@ -273,7 +273,7 @@ def test_each_rounds_pace_is_kept_and_a_session_at_another_pace_than_the_profile
         "the machine ran 1.20x the profile's pace while these models were measured (a fixed "
         "probe beside each timing, profilers.pace: median 6.00 ms now, 5.00 ms in the profile), "
         "so measured latencies run high against the predictions for a reason outside the model; "
-        "`--anchor pace` scales the predictions by this ratio")
+        "`--anchor pace` scales each model's predictions by the probe beside its rounds")
     assert pace_note(report.rows, [SimpleNamespace(id=0, pace_s=0.0058, contended=False)]) is None
     assert pace_note(report.rows, []) is None  # an older profile, not probed
 
@@ -347,6 +347,20 @@ def test_a_model_with_subnormal_values_gets_a_note(predictor):
     unchecked = evaluate(None, "dev1", cases, predictor=predictor,
                          measure_fn=lambda *a: timing([0.004] * a[2]))
     assert [r.subnormal_share for r in unchecked.rows] == [None, None]
+
+
+def test_a_model_with_no_probe_beside_its_rounds_gets_the_median_over_all(monkeypatch):
+    from predictor import evaluate as ev
+
+    monkeypatch.setattr(ev, "_profile_pace_ms", lambda timings: 5.0)
+    # ms beside each round: the first model's kept rounds 5.5 and 7.5, the second none, the
+    # third 4.0 thrice; over all kept rounds the median is 4.0
+    drift, factors = ev._pace_anchor([[5.5, None, 7.5], [None, None, None], [4.0, 4.0, 4.0]],
+                                     [[], [], []], [[], [], []], [])
+    assert factors == pytest.approx([1.3, 0.8, 0.8])
+    assert drift.ratio == pytest.approx(0.8) and drift.pace_ms == pytest.approx((4.0, 5.0))
+    monkeypatch.setattr(ev, "_profile_pace_ms", lambda timings: None)  # a profile never probed
+    assert ev._pace_anchor([[5.5]], [[]], [[]], []) == (None, [])
 
 
 def test_pace_anchor_scales_each_model_by_the_probe_beside_its_rounds(predictor, tmp_path):

@@ -127,10 +127,10 @@ def show(report: EvalReport) -> None:
     stdout.print(summary)
     if report.drift and report.drift.pace_ms:
         d = report.drift
-        stdout.print(f"anchor: beside each model's rounds the pace probe ran x{d.ratio:.3f} (median;"
-                     f" IQR {d.q25:.3f}-{d.q75:.3f}) its time in the profile ({d.pace_ms[0]:.2f} ms"
-                     f" now, {d.pace_ms[1]:.2f} ms then); each model's hwlat and baseline "
-                     "predictions are scaled by its own")
+        stdout.print(f"anchor: each model's hwlat and baseline predictions are scaled by the pace "
+                     "probe beside its rounds over the probe in the profile: median factor "
+                     f"x{d.ratio:.3f} (IQR {d.q25:.3f}-{d.q75:.3f}); the probe {d.pace_ms[0]:.2f} ms "
+                     f"over all rounds kept, {d.pace_ms[1]:.2f} ms then")
     elif report.drift:
         d = report.drift
         stdout.print(f"anchor: {len(d.references)} training-zoo references run x{d.ratio:.3f} "
