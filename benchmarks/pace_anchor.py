@@ -9,9 +9,9 @@ captures only, ~25 s per pair on 2 cores).
 Run it with the XDG_CACHE_HOME the evaluation ran with, so the op models are the ones it predicted
 with. Per pair: the recorded MAPE and the replayed one (they match where no round was timed beside
 other work: the replay has no CPU accounting), the pace anchor's median factor over the models
-(each model's probe beside its kept rounds over the probe in the profile) with the probe's median
-now and then, and MAPE, share within 5% and 10%, and the median prediction/measurement ratio with
-each anchor.
+(each model's the geometric mean of the probe beside its kept rounds and over all kept rounds,
+over the probe in the profile) with the probe's median now and then, and MAPE, share within 5% and
+10%, and the median prediction/measurement ratio with each anchor.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -273,7 +274,8 @@ def test_each_rounds_pace_is_kept_and_a_session_at_another_pace_than_the_profile
         "the machine ran 1.20x the profile's pace while these models were measured (a fixed "
         "probe beside each timing, profilers.pace: median 6.00 ms now, 5.00 ms in the profile), "
         "so measured latencies run high against the predictions for a reason outside the model; "
-        "`--anchor pace` scales each model's predictions by the probe beside its rounds")
+        "`--anchor pace` scales each model's predictions by the probe beside its rounds "
+        "and over the evaluation")
     assert pace_note(report.rows, [SimpleNamespace(id=0, pace_s=0.0058, contended=False)]) is None
     assert pace_note(report.rows, []) is None  # an older profile, not probed
 
@@ -353,11 +355,11 @@ def test_a_model_with_no_probe_beside_its_rounds_gets_the_median_over_all(monkey
     from predictor import evaluate as ev
 
     monkeypatch.setattr(ev, "_profile_pace_ms", lambda timings: 5.0)
-    # ms beside each round: the first model's kept rounds 5.5 and 7.5, the second none, the
-    # third 4.0 thrice; over all kept rounds the median is 4.0
+    # ms beside each round: the first model's kept rounds 5.5 and 7.5 (1.3x the profile's), the
+    # second none, the third 4.0 thrice; over all kept rounds the median is 4.0 (0.8x)
     drift, factors = ev._pace_anchor([[5.5, None, 7.5], [None, None, None], [4.0, 4.0, 4.0]],
                                      [[], [], []], [[], [], []], [])
-    assert factors == pytest.approx([1.3, 0.8, 0.8])
+    assert factors == pytest.approx([(1.3 * 0.8) ** 0.5, 0.8, 0.8])
     assert drift.ratio == pytest.approx(0.8) and drift.pace_ms == pytest.approx((4.0, 5.0))
     monkeypatch.setattr(ev, "_profile_pace_ms", lambda timings: None)  # a profile never probed
     assert ev._pace_anchor([[5.5]], [[]], [[]], []) == (None, [])
@@ -372,7 +374,8 @@ def test_pace_anchor_scales_each_model_by_the_probe_beside_its_rounds(predictor,
         cases = [EvalCase(spec, SMALL) for spec in SPECS]
         # rounds in turn (A, B, A, B, A, B): B's first two in a slow spell, 2x the usual pace, so
         # its measurement and its factor keep only its third (6.5 ms: 1.3x the profile's 5 ms; over
-        # all its rounds 12 ms), and A's are its three (median 6 ms: 1.2x)
+        # all its rounds 12 ms), and A's are its three (median 6 ms: 1.2x); over all kept rounds
+        # (5.5, 6, 6, 6.5) the median is 6 ms, 1.2x, so B's factor is (1.3 * 1.2) ** 0.5
         paces = iter([0.0055, 0.012, 0.006, 0.012, 0.006, 0.0065])
 
         def paced(*a):
@@ -384,10 +387,12 @@ def test_pace_anchor_scales_each_model_by_the_probe_beside_its_rounds(predictor,
                             anchor="pace")
         unprobed = evaluate(db, "dev1", cases, predictor=predictor,
                             measure_fn=lambda *a: timing([0.004] * a[2]), anchor="pace")
-    assert anchored.anchor == "pace" and anchored.drift.ratio == pytest.approx(1.25)
-    assert (anchored.drift.q25, anchored.drift.q75) == pytest.approx((1.225, 1.275))
+    factors = (1.2, (1.3 * 1.2) ** 0.5)
+    assert anchored.anchor == "pace" and anchored.drift.ratio == pytest.approx(np.mean(factors))
+    assert (anchored.drift.q25, anchored.drift.q75) == pytest.approx(
+        np.percentile(factors, [25, 75]))
     assert anchored.drift.pace_ms == pytest.approx((6.0, 5.0))  # over all rounds kept
-    for a, p, factor in zip(anchored.rows, plain.rows, (1.2, 1.3), strict=True):
+    for a, p, factor in zip(anchored.rows, plain.rows, factors, strict=True):
         assert a.measured_ms == p.measured_ms == pytest.approx(4.0)  # the truth is untouched
         assert a.predicted_ms == pytest.approx(factor * p.predicted_ms)
         assert a.predicted_profile_ms == pytest.approx(p.predicted_ms)
