@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 from kernels_db.store import KernelDB
-from predictor.evaluate import _kept_rounds, _pace_anchor, _profile_pace_ms
+from predictor.evaluate import _kept_paces, _kept_rounds, _pace_anchor, _pace_drift
 
 WEIGHTS = {"session": 0.0, "w0.3": 0.3, "w0.5": 0.5, "w0.7": 0.7, "moment": 1.0}
 
@@ -35,15 +35,15 @@ def pair(db_path: str, eval_path: str) -> dict[str, tuple[float, float]]:
     models = report["models"]
     with KernelDB.open(db_path, readonly=True) as db:
         profile_timings = db.model_measurements(report["device"], kind="e2e")
-    then = _profile_pace_ms(profile_timings)
-    if then is None:
-        raise SystemExit(f"{db_path}: the profile's end-to-end timings were not probed")
     paces = [m["round_pace_ms"] for m in models]
     contended = [m["contended_rounds"] for m in models]
     slow = [m["slow_rounds"] for m in models]
+    overall = _pace_drift(_kept_paces(paces, contended, slow), profile_timings)
+    if overall is None:
+        raise SystemExit(f"{eval_path}: the pace probe is unknown in the profile or the evaluation")
+    session, then = overall.ratio, overall.pace_ms[1]
     kept = [[ps[n] for n in _kept_rounds(len(ps), c, s) if ps[n]]
             for ps, c, s in zip(paces, contended, slow, strict=True)]
-    session = statistics.median([p for k in kept for p in k]) / then
     moment = [statistics.median(k) / then if k else session for k in kept]
     predicted = [m.get("predicted_profile_ms") or m["predicted_ms"] for m in models]
     measured = [m["measured_ms"] for m in models]

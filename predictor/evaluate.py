@@ -32,7 +32,7 @@ evaluated model's latency informs it. Either ratio alone leaves something out. T
 misses a slow spell that caught only some models: in a 2-thread evaluation of 12-04 the machine
 slowed after the first round, batch-1 models by ~17%, and one factor took MAPE 9.4 -> 9.0% where
 the moment's took it to 6.9%. The moment's is three short probe timings, and a model does not
-always feel what the probe does: at 1 thread on 12-04 10:01 alexnet at batch 1 ran 29.3-30.4 ms
+always feel what the probe does: at 1 thread (profile 12-04 09:51) alexnet at batch 1 ran 29.3-30.4 ms
 in its three rounds while the probe beside them ran 2.83-3.23 ms, so the moment's factor (1.14)
 took it from -0.5% to +13.7%; over that evaluation one factor took MAPE 6.0 -> 3.8%, the moment's
 5.3%. Their geometric mean, on the recorded predictions of nine evaluations of the 32 MiB-L3 dev

@@ -44,7 +44,8 @@ from predictor.evaluate import (
                    "here, before and after the models (~1 min), report the device's drift since "
                    "profiling and scale every predictor by it; pace: scale each model's predictions "
                    "by the pace probe's time over its time in the profile, the geometric mean of "
-                   "the probe beside the model's rounds and over all rounds (no extra timing). The profile-anchored numbers are kept beside.")
+                   "the probe beside the model's rounds and over all rounds (no extra timing). "
+                   "The profile-anchored numbers are kept beside.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Predicted vs measured (PNG).")
 @json_option
 @click.pass_context
@@ -128,9 +129,8 @@ def show(report: EvalReport) -> None:
     if report.drift and report.drift.pace_ms:
         d = report.drift
         stdout.print(f"anchor: each model's hwlat and baseline predictions are scaled by the pace "
-                     "probe (beside its rounds and over all rounds, geometric mean) over the probe in "
-                     "the profile: median factor "
-                     f"x{d.ratio:.3f} (IQR {d.q25:.3f}-{d.q75:.3f}); the probe {d.pace_ms[0]:.2f} ms "
+                     "probe (beside its rounds and over all rounds, geometric mean) over the probe "
+                     f"in the profile: median factor x{d.ratio:.3f} (IQR {d.q25:.3f}-{d.q75:.3f}); the probe {d.pace_ms[0]:.2f} ms "
                      f"over all rounds kept, {d.pace_ms[1]:.2f} ms then")
     elif report.drift:
         d = report.drift
