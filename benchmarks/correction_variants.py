@@ -17,6 +17,10 @@ The variants (`VARIANTS`; one entry each):
   weights that fit stay cached between passes;
 - conv weights apart: the weight re-read term split into convs' weights and the rest (a cold
   conv weight costs oneDNN a reorder, a linear's is streamed);
+- weights by weight share / of weight-bound ops / weight-bound ops apart: the weight re-read
+  term with each op's weights times their share of its bytes; only the ops whose weights are
+  half their bytes or more (a 1x1 conv on a 7x7 map, a batch-1 linear: nothing to hide the cold
+  read behind); those ops' weights as a term of their own beside the rest;
 - conv sum apart: a multiplier of its own on the conv family's summed time;
 - second stage, ridge / gradient-boosted: the five-term correction, then a model of its
   leave-one-family-out log residual from model-level features (each op family's share of the
@@ -34,8 +38,9 @@ The variants (`VARIANTS`; one entry each):
 
 On the 2-vCPU dev VM's 32 MiB-L3 incarnation (eleven pairs, 12-02 23:51 to 12-03 09:25;
 benchmarks/RESULTS.md, 2026-12-03 late morning; thirteen with the fixed overheads, the midday
-entry; fifteen and six timm2 evaluations with the bounded overhead, the afternoon entry) none
-was adopted: see those entries for the numbers.
+entry; fifteen and six timm2 evaluations with the bounded overhead, the afternoon entry; nine
+pairs of 12-04 with the weight-share variants, the evening entry) none was adopted: see those
+entries for the numbers.
 """
 
 from __future__ import annotations
@@ -72,6 +77,8 @@ class Setting:
     conv_weights_s: float  # the conv family's part of the weight re-read term
     footprint: float  # share of the weight bytes that cannot stay in the LLC between passes
     batch: int
+    weights_by_share_s: float = 0.0  # the weight term, each op's part times its weight share
+    weight_bound_s: float = 0.0  # the weight term of the ops whose weights are most of their bytes
 
 
 def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> Setting:
@@ -86,9 +93,18 @@ def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> 
     weight_bytes = sum(r.weight_bytes for r, e in timed if e.family != "data")
     footprint = max(0.0, 1 - predictor._llc_bytes / weight_bytes) if weight_bytes else 0.0
     batch = captured.inputs[0].shape[0] if captured.inputs and captured.inputs[0].shape else 1
+    by_share = bound = 0.0
+    for r, e in timed:
+        nbytes = ops.bytes_of(r)
+        if e.family == "data" or nbytes > predictor._llc_bytes or not r.weight_bytes:
+            continue
+        share = min(r.weight_bytes / nbytes, 1.0)
+        by_share += r.weight_bytes * share / predictor._bytes_per_s
+        bound += r.weight_bytes / predictor._bytes_per_s if share >= 0.5 else 0.0
     terms = np.array([p.sum_ops_ms / 1e3, p.n_timed_ops, p.traffic_ms / 1e3, p.weights_ms / 1e3,
                       p.large_traffic_ms / 1e3])
-    return Setting(family, measured_s, terms, op_s, conv_weights_s, footprint, int(batch))
+    return Setting(family, measured_s, terms, op_s, conv_weights_s, footprint, int(batch),
+                   by_share, bound)
 
 
 # ------------------------------------------------------------------------------ variants
@@ -102,6 +118,22 @@ def _weights_by_footprint(s: Setting) -> np.ndarray:
     t = s.terms.copy()
     t[3] *= s.footprint
     return t
+
+
+def _weights_by_share(s: Setting) -> np.ndarray:
+    t = s.terms.copy()
+    t[3] = s.weights_by_share_s
+    return t
+
+
+def _weight_bound_only(s: Setting) -> np.ndarray:
+    t = s.terms.copy()
+    t[3] = s.weight_bound_s
+    return t
+
+
+def _weight_bound_apart(s: Setting) -> np.ndarray:
+    return np.append(s.terms - np.eye(5)[3] * s.weight_bound_s, s.weight_bound_s)
 
 
 def _conv_weights_apart(s: Setting) -> np.ndarray:
@@ -225,6 +257,9 @@ VARIANTS: dict[str, Callable[[list[Setting]], Callable[[Setting], float]]] = {
     "as fitted": lambda t: _fit_linear(_as_fitted, t),
     "weights by footprint": lambda t: _fit_linear(_weights_by_footprint, t),
     "conv weights apart": lambda t: _fit_linear(_conv_weights_apart, t),
+    "weights by weight share": lambda t: _fit_linear(_weights_by_share, t),
+    "weights of weight-bound ops": lambda t: _fit_linear(_weight_bound_only, t),
+    "weight-bound ops apart": lambda t: _fit_linear(_weight_bound_apart, t),
     "conv sum apart": lambda t: _fit_linear(_conv_sum_apart, t),
     "second stage, ridge": _second_stage(_ridge),
     "second stage, gradient-boosted": _second_stage(_gbm),
