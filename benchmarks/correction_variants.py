@@ -279,8 +279,11 @@ def _scores(predicted: list[float], settings: list[Setting]) -> tuple[float, flo
     return raw["mape_pct"], 100 * raw["within_10pct"], flat["mape_pct"]
 
 
-def pair(db_path: str, eval_path: str) -> dict[str, tuple[float, ...]]:
-    report = json.load(open(eval_path))
+def settings_of(db: KernelDB, report: dict) -> tuple[Predictor, list[tuple[list, Setting]],
+                                                   list[Setting]]:
+    """The device's predictor, its zoo settings (each beside its end-to-end timings,
+    `Predictor.e2e_passes`; measured as the profile fits them) and the recorded evaluation's
+    models, each setting captured once."""
     captures: dict[tuple, object] = {}
 
     def captured(spec: str, inputs: list[str], device_type: str, dtype: str):
@@ -290,27 +293,41 @@ def pair(db_path: str, eval_path: str) -> dict[str, tuple[float, ...]]:
                                          device_type=device_type, dtype=dtype)
         return captures[key]
 
+    predictor = Predictor.for_device(db, report["device"])
+    zoo = []
+    for (spec, _), group in predictor.e2e_passes(db).items():
+        m = group[0]
+        try:
+            c = captured(spec, m.settings.get("inputs", []),
+                         m.settings.get("device", predictor.device.kind),
+                         m.settings.get("dtype", "float32"))
+        except HwlatError:
+            continue
+        zoo.append((group, _setting(predictor, c, m.family, min(g.median_s for g in group))))
+    held = [_setting(predictor, captured(m["spec"], m["inputs"], predictor.device.kind,
+                                         m["dtype"]),
+                     m["spec"], m["measured_ms"] / 1e3) for m in report["models"]]
+    return predictor, zoo, held
+
+
+def reproduction_gap(predict: Callable[[Setting], float], held: list[Setting],
+                     report: dict) -> float:
+    """How far a refit's predictions of the evaluated models are from the evaluation's own,
+    at the profile's anchor (relative, the largest)."""
+    return max(abs(predict(s) * 1e3 / (m.get("predicted_profile_ms") or m["predicted_ms"]) - 1)
+               for s, m in zip(held, report["models"], strict=True))
+
+
+def pair(db_path: str, eval_path: str) -> dict[str, tuple[float, ...]]:
+    report = json.load(open(eval_path))
     with KernelDB.open(db_path, readonly=True) as db:
-        predictor = Predictor.for_device(db, report["device"])
-        zoo = []
-        for (spec, _), group in predictor.e2e_passes(db).items():
-            m = group[0]
-            try:
-                c = captured(spec, m.settings.get("inputs", []),
-                             m.settings.get("device", predictor.device.kind),
-                             m.settings.get("dtype", "float32"))
-            except HwlatError:
-                continue
-            zoo.append(_setting(predictor, c, m.family, min(g.median_s for g in group)))
-        held = [_setting(predictor, captured(m["spec"], m["inputs"], predictor.device.kind,
-                                             m["dtype"]),
-                         m["spec"], m["measured_ms"] / 1e3) for m in report["models"]]
+        _, zoo_timings, held = settings_of(db, report)
+    zoo = [s for _, s in zoo_timings]
     if not zoo or not held:
         sys.exit(f"{eval_path}: {len(zoo)} end-to-end settings and {len(held)} evaluated models: "
                  "nothing to fit or score")
     fitted = {name: fit(zoo) for name, fit in VARIANTS.items()}
-    gap = max(abs(fitted["as fitted"](s) * 1e3 / m["predicted_ms"] - 1)
-              for s, m in zip(held, report["models"], strict=True))
+    gap = reproduction_gap(fitted["as fitted"], held, report)
     print(f"{eval_path}: {len(zoo)} end-to-end settings, {len(held)} evaluated; the refit "
           f"reproduces the evaluation's predictions to {gap:.1e}")
     print(f"  {'variant':32s} {'MAPE':>6s} {'within 10%':>10s} {'level removed':>13s} "

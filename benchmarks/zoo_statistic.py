@@ -16,8 +16,8 @@ lowest over a setting's timings, as `Predictor.model_rows` takes the median:
   1x160 ran a median 44.5 ms over 57 runs whose 10th percentile was 36.7 (12-04 13:18 profile).
 Each is scored against the evaluation's measurements (the median of its rounds' medians, as
 `hwlat evaluate` reports) as the profile-anchored prediction and under `--anchor pace` (the
-pace factor of `predictor.evaluate._pace_anchor`), with MAPE, share within 10% and MAPE with the level
-removed; then the zoo's own leave-one-family-out MAPE against each statistic; then the mean over
+pace factor of `predictor.evaluate._pace_anchor`), with MAPE, share within 10% and MAPE with the
+level removed; then the zoo's own leave-one-family-out MAPE against each statistic; then the mean over
 the pairs.
 
 On nine pairs of the held-out zoo on the dev VM (12-04 02:32 to 13:18, four at 1 thread, five at
@@ -34,17 +34,21 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
-from correction_variants import Setting, _lofo, _scores, _setting
+from correction_variants import (
+    Setting,
+    _as_fitted,
+    _fit_linear,
+    _lofo,
+    _scores,
+    reproduction_gap,
+    settings_of,
+)
 
 from kernels_db.store import KernelDB
-from predictor.correction import solve_columns
-from predictor.e2e import Predictor
 from predictor.evaluate import _pace_anchor, metrics
-from profilers.capture import capture_spec
-from profilers.errors import HwlatError
-from profilers.specs import parse_input_spec
 
 
 def _fast_state_median(samples: np.ndarray) -> float:
@@ -60,42 +64,24 @@ STATISTICS: dict[str, Callable[[np.ndarray], float]] = {
 
 
 def _fit(zoo: list[Setting]) -> Callable[[Setting], float]:
-    coef = solve_columns(np.array([s.terms for s in zoo]), np.array([s.measured_s for s in zoo]))
-    return lambda s: float(s.terms @ coef)
+    return _fit_linear(_as_fitted, zoo)
 
 
 def pair(db_path: str, eval_path: str) -> dict[str, tuple[float, ...]]:
     report = json.load(open(eval_path))
+    models = report["models"]
     with KernelDB.open(db_path, readonly=True) as db:
-        predictor = Predictor.for_device(db, report["device"])
-        zoo: dict[str, list[Setting]] = {name: [] for name in STATISTICS}
-        for (spec, _), group in predictor.e2e_passes(db).items():
-            m = group[0]
-            try:
-                captured = capture_spec(
-                    spec, inputs=[parse_input_spec(i) for i in m.settings.get("inputs", [])]
-                    or None, device_type=m.settings.get("device", predictor.device.kind),
-                    dtype=m.settings.get("dtype", "float32"))
-            except HwlatError:
-                continue
-            base = _setting(predictor, captured, m.family, min(g.median_s for g in group))
-            for name, stat in STATISTICS.items():
-                measured = min(stat(np.asarray(g.samples_s)) for g in group)
-                zoo[name].append(Setting(**{**base.__dict__, "measured_s": measured}))
-        held = [_setting(predictor, capture_spec(
-                    r["spec"], inputs=[parse_input_spec(i) for i in r["inputs"]] or None,
-                    device_type=predictor.device.kind, dtype=r["dtype"]),
-                         r["spec"], r["measured_ms"] / 1e3) for r in report["models"]]
-        models = report["models"]
+        _, zoo_timings, held = settings_of(db, report)
         _, pace = _pace_anchor([r["round_pace_ms"] for r in models],
                                [r["contended_rounds"] for r in models],
                                [r["slow_rounds"] for r in models],
                                db.model_measurements(report["device"], kind="e2e"))
-        pace = pace or [1.0] * len(models)  # the probe unknown: the profile's anchor
+    pace = pace or [1.0] * len(models)  # the probe unknown: the profile's anchor
+    zoo = {name: [replace(s, measured_s=min(stat(np.asarray(g.samples_s)) for g in group))
+                  for group, s in zoo_timings]
+           for name, stat in STATISTICS.items()}
     fitted = {name: _fit(settings) for name, settings in zoo.items()}
-    gap = max(abs(fitted["median"](s) * 1e3 / (r.get("predicted_profile_ms") or r["predicted_ms"])
-                  - 1)
-              for s, r in zip(held, report["models"], strict=True))
+    gap = reproduction_gap(fitted["median"], held, report)
     print(f"{eval_path}: {len(zoo['median'])} end-to-end settings, {len(held)} evaluated; the "
           f"median's refit reproduces the evaluation's predictions to {gap:.1e}")
     print(f"  {'statistic':20s} {'MAPE':>6s} {'in 10%':>6s} {'flat':>6s} | pace {'MAPE':>6s} "
