@@ -277,6 +277,52 @@ def test_capture_undoes_attributes_the_forward_sets() -> None:
     copy.deepcopy(model)(torch.randn(1, 3, 8, 8))  # heap corruption at exit before the fix
 
 
+class _Memoising(nn.Module):
+    """Gathers its bias from a table on the first call and keeps it, as LeViT does in eval."""
+
+    def __init__(self, forwards: list[int]) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(4, 10))
+        self.register_buffer("idx", torch.randint(0, 10, (6, 6)), persistent=False)
+        self.cache: dict[str, torch.Tensor] = {}
+        self.note_forward = forwards.append  # not a list attribute: capture would undo it
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.note_forward(1)
+        if str(x.device) not in self.cache:
+            self.cache[str(x.device)] = self.table[:, self.idx]
+        return x + self.cache[str(x.device)]
+
+
+class _Rewrapping(nn.Module):
+    """Rebuilds a list of the tensors it holds on each call, as torchvision's AnchorGenerator."""
+
+    def __init__(self, forwards: list[int]) -> None:
+        super().__init__()
+        self.anchors = [torch.ones(6, 6)]
+        self.note_forward = forwards.append
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.note_forward(1)
+        self.anchors = [a.to(x.dtype) for a in self.anchors]
+        return x * self.anchors[0]
+
+
+def test_capture_records_the_steady_state_of_a_forward_that_caches() -> None:
+    """A deployed model runs warm: the gather a first call caches is not in its latency."""
+    forwards: list[int] = []
+    model = _Memoising(forwards).eval()
+    inputs = [InputSpec((1, 4, 6, 6))]
+    ops = [r.op for r in capture(model, inputs)]
+    assert ops == ["aten.add.Tensor"] and len(forwards) == 2
+    assert model.cache == {}  # no fake tensor left in it
+    assert [r.op for r in record_real(model, inputs)] == ["aten.add.Tensor"]
+    forwards.clear()
+    rewrapping = _Rewrapping(forwards)
+    assert [r.op for r in record_real(rewrapping, inputs)] == ["aten.to.dtype", "aten.mul.Tensor"]
+    assert len(forwards) == 1  # nothing new was kept: one pass is the steady state
+
+
 class _Head(nn.Module):
     """A conv block plus a hand-written linear layer that reads its weight through a view."""
 
