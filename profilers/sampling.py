@@ -347,7 +347,31 @@ def _pool(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
     return mod, [(n, c, hw, hw)], rng.random() < 0.3
 
 
+class _StandardizedWeight(nn.Module):
+    """A conv weight standardised per output channel, as NFNet's and BiT's convs do on every
+    forward: batch norm in training mode over a (1, out, fan_in) view of the weight."""
+
+    def __init__(self, out: int, gain: bool) -> None:
+        super().__init__()
+        self.gain = nn.Parameter(torch.ones(out)) if gain else None
+
+    def forward(self, w):
+        return F.batch_norm(w, None, None, weight=self.gain, training=True, momentum=0.0,
+                            eps=1e-5)
+
+
+STANDARDIZED_SHARE = 0.15
+"""Share of norm draws that standardise a conv weight. Batch norm in training mode computes the
+batch statistics, and at 1 thread ATen's kernel for a (1, C, K) view took 4-6x what the norm
+model priced it at from inference-mode configs: dm_nfnet_f0's 57 standardisations ran 85 ms
+alone (12-04 evening) and were priced at 16 ms, the model 12% under-predicted."""
+
+
 def _norm_act(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
+    if rng.random() < STANDARDIZED_SHARE:
+        out = _channels(rng, 16, 3072)
+        fan_in = rng.choice((1, 3, 9)) * _channels(rng, 3, 512)  # in/groups x kernel area
+        return _StandardizedWeight(out, rng.random() < 0.5), [(1, out, fan_in)], False
     c, hw = _channels(rng, 16, 1024), _spatial(rng)
     if rng.random() < 0.2:  # diffusion U-Nets and detection heads; style transfer, GANs
         c = (c // 32) * 32 or 32
@@ -728,14 +752,16 @@ GENERATORS: dict[str, Callable[[random.Random], Drawn]] = {
 """Random-config generators, one per op family (see `Drawn`)."""
 
 
-DRAWS: dict[str, int] = {"eltwise": 4, "data": 3, "reduce": 2, "rnn": 2}
+DRAWS: dict[str, int] = {"eltwise": 4, "data": 3, "reduce": 2, "rnn": 2, "norm": 2}
 """Random configs a family draws, as a multiple of the profile's count per family: the families
 that share one model across many ops (told apart by `ops.op_code`) need several configs of each
 op, and their ops are cheap to time. At one multiple (60 draws), a 10-minute profile held 1-4
 configs of each tail elementwise op and the family's model, cross-validated, missed them by
 34-93% (where, erf, div, masked_fill, softplus; 1 thread), against 4-11% for ops with 80 or more.
 Recurrent layers have only random configs (no zoo model has one): 58 of them priced a GRU at
-0.65-0.83x its time in two profiles."""
+0.65-0.83x its time in two profiles. Norms draw twice: with 4 weight standardisations among the
+~1500 norm configs of a profile (one multiple), the model priced them at 0.35-0.5x their time
+alone (nf_resnet50, 12-04 evening)."""
 
 
 def draws(family: str, n: int) -> int:

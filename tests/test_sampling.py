@@ -113,6 +113,17 @@ def test_random_convs_include_the_depthwise_kinds_of_reparameterisable_blocks():
     assert all(r.inputs[1].shape[1] == 1 for r in depthwise)
 
 
+def test_random_norms_include_nfnets_weight_standardisation() -> None:
+    """Batch norm in training mode over a (1, out, fan_in) weight view is drawn, told apart from
+    inference batch norm by the features, and costs more than it per element."""
+    records = [r for r in sampling.random_records("norm", 60, seed=0) if "batch_norm" in r.op]
+    train = [r for r in records if ops.bound(r)["training"]]
+    assert train and all(r.inputs[0].shape[0] == 1 and len(r.inputs[0].shape) == 3 for r in train)
+    assert {ops.norm_features(r)["training"] for r in train} == {1.0}
+    assert ops.norm_flops(train[0]) == 7 * train[0].inputs[0].numel
+    assert any(not ops.bound(r)["training"] for r in records)
+
+
 def test_the_data_family_draws_the_detectors_roi_align_and_nms() -> None:
     from profilers.opbench import check_replay
 
