@@ -449,9 +449,10 @@ def _differs(now: dict | list, then: dict | list) -> bool:
 
 def _memoised(before: _Snapshot) -> bool:
     """Whether a forward left a new tensor on its modules for the next call to reuse: LeViT's
-    attention biases, gathered from their table on the first call and cached per device, or
-    the scales of torchvision's MultiScaleRoIAlign. A list rebuilt from the tensors it held
-    (torchvision's AnchorGenerator moves its cell anchors each call) is not one."""
+    attention biases, gathered from their table on the first call and cached per device. A list
+    rebuilt from the tensors it held (torchvision's AnchorGenerator moves its cell anchors each
+    call) is not one; nor is a cache of plain values (MultiScaleRoIAlign's scales, a few small
+    ops that detectors' predictions keep)."""
     for module, old, registered, containers in before:
         pairs = [(module.__dict__, old), *((getattr(module, k), registered[k]) for k in _REGISTERED),
                  *((old[name], then) for name, then in containers.items())]
