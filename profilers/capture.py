@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -443,10 +443,6 @@ def _new_values(now: dict | list, then: dict | list) -> list[Any]:
     return [v for v in now if id(v) not in held]
 
 
-def _differs(now: dict | list, then: dict | list) -> bool:
-    return len(now) != len(then) or bool(_new_values(now, then))
-
-
 def _memoised(before: _Snapshot) -> bool:
     """Whether a forward left a new tensor on its modules for the next call to reuse: LeViT's
     attention biases, gathered from their table on the first call and cached per device. A list
@@ -457,14 +453,10 @@ def _memoised(before: _Snapshot) -> bool:
         pairs = [(module.__dict__, old), *((getattr(module, k), registered[k]) for k in _REGISTERED),
                  *((old[name], then) for name, then in containers.items())]
         for now, then in pairs:
-            held = {id(t) for v in _values(then) for t in _tensors(v)}
-            if any(id(t) not in held for v in _new_values(now, then) for t in _tensors(v)):
+            held = {id(t) for t in _tensors(then)}
+            if any(id(t) not in held for t in _tensors(_new_values(now, then))):
                 return True
     return False
-
-
-def _values(container: dict | list) -> Iterable[Any]:
-    return container.values() if isinstance(container, dict) else container
 
 
 def _steady_forward(model: nn.Module, inputs: Sequence[Any], recorder: _OpRecorder) -> None:
@@ -493,13 +485,11 @@ def _restore_attributes(model: nn.Module, before: _Snapshot) -> None:
                 if now.get(name, _MISSING) is not value:
                     now[name] = value
         for name, then in containers.items():
-            now = old[name]
-            if _differs(now, then):
-                if isinstance(now, dict):
-                    now.clear()
-                    now.update(then)
-                else:
-                    now[:] = then
+            if isinstance(now := old[name], dict):
+                now.clear()
+                now.update(then)
+            else:
+                now[:] = then
 
 
 _MISSING = object()

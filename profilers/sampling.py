@@ -362,8 +362,8 @@ class _StandardizedWeight(nn.Module):
 
 STANDARDIZED_SHARE = 0.15
 """Share of norm draws that standardise a conv weight. Batch norm in training mode computes the
-batch statistics, and at 1 thread ATen's kernel for a (1, C, K) view took 4-6x what the norm
-model priced it at from inference-mode configs: dm_nfnet_f0's 57 standardisations ran 85 ms
+batch statistics, and at 1 thread ATen's kernel for a (1, C, K) view took 1.2-5.8x what the
+norm model priced it at from inference-mode configs: dm_nfnet_f0's 57 standardisations ran 85 ms
 alone (12-04 evening) and were priced at 16 ms, the model 12% under-predicted."""
 
 
@@ -760,7 +760,7 @@ configs of each tail elementwise op and the family's model, cross-validated, mis
 34-93% (where, erf, div, masked_fill, softplus; 1 thread), against 4-11% for ops with 80 or more.
 Recurrent layers have only random configs (no zoo model has one): 58 of them priced a GRU at
 0.65-0.83x its time in two profiles. Norms draw twice: with 4 weight standardisations among the
-~1500 norm configs of a profile (one multiple), the model priced them at 0.35-0.5x their time
+1609 norm configs of a profile (one multiple), the model priced them at 0.26-0.67x their time
 alone (nf_resnet50, 12-04 evening)."""
 
 
