@@ -9,7 +9,7 @@ each database's models were trained into (so they are reloaded, not retrained). 
 config is timed alone once, as a profile times it (`kernels_db.build._measure_config`), but
 always after a 1 MiB flush: a 1-thread profile's on this VM's 1 MiB L2, half of a 2-thread one's.
 Each database prices it as `hwlat predict` would, hidden copies split off included
-(`profilers.ops.dense_input_split`), so an older database is priced with this code's split.
+(`profilers.ops.split_hidden_work`), so an older database is priced with this code's split.
 Unlike `inmodel_vs_isolated.py` it compares databases, not the model against its ops: the ops
 alone are the ground truth of the op models, whatever the model does around them.
 

@@ -287,8 +287,8 @@ class Predictor:
             result = self._classify(record)
             if isinstance(result, OpEstimate):
                 self._cache[record.key] = result
-            elif (parts := ops.dense_input_split(record)) is not None:
-                split[record.key] = parts  # the hidden copy and the op on dense input
+            elif (parts := ops.split_hidden_work(record)) is not None:
+                split[record.key] = parts  # e.g. a hidden copy and the op on dense input
             else:
                 pending[result][record.key] = record
         for family, by_key in pending.items():

@@ -38,6 +38,7 @@ from profilers.oprecord import (
     _channels_last_strides,
     _contiguous_strides,
     dtype_from_name,
+    spec_value,
 )
 from profilers.specs import InputSpec, LoadedModel, load_model
 
@@ -131,8 +132,8 @@ class _OpRecorder(TorchDispatchMode):
         if func.namespace != "prim":  # prim.device & co are metadata queries of subclasses
             self.records.append(OpRecord(
                 op=str(func),
-                args=tuple(_spec_value(a) for a in args),
-                kwargs={k: _spec_value(v) for k, v in kwargs.items()},
+                args=tuple(spec_value(a) for a in args),
+                kwargs={k: spec_value(v) for k, v in kwargs.items()},
                 outputs=tuple(_output_specs(out)),
                 module=self.modules.current,
                 weight_bytes=self._weight_bytes(func, args, kwargs, out),
@@ -217,21 +218,6 @@ def _meta_like(value: Any) -> Any:
                      if n > 0)
     base = torch.empty(value.storage_offset() + extent, dtype=value.dtype, device="meta")
     return base.as_strided(value.shape, value.stride(), value.storage_offset())
-
-
-def _spec_value(value: Any) -> Any:
-    """An argument as `encode`-compatible plain data: tensors become TensorSpecs."""
-    if isinstance(value, torch.Tensor):
-        return TensorSpec.of(value)
-    if isinstance(value, list | tuple):
-        return [_spec_value(v) for v in value]
-    if isinstance(value, torch.device):
-        return torch.device(value.type)  # the index is placement, not part of the config
-    if isinstance(value, bool | int | float | str | torch.dtype | torch.memory_format | torch.layout):
-        return value
-    if value is None:
-        return None
-    return repr(value)
 
 
 def _output_specs(out: Any) -> list[TensorSpec]:

@@ -158,6 +158,21 @@ def decode(value: Any) -> Any:
     return value
 
 
+def spec_value(value: Any) -> Any:
+    """An argument as `encode`-compatible plain data: tensors become TensorSpecs."""
+    if isinstance(value, torch.Tensor):
+        return TensorSpec.of(value)
+    if isinstance(value, list | tuple):
+        return [spec_value(v) for v in value]
+    if isinstance(value, torch.device):
+        return torch.device(value.type)  # the index is placement, not part of the config
+    if isinstance(value, bool | int | float | str | torch.dtype | torch.memory_format | torch.layout):
+        return value
+    if value is None:
+        return None
+    return repr(value)
+
+
 def tensors_in(value: Any) -> list[TensorSpec]:
     """Every TensorSpec inside a nested argument structure, in order."""
     if isinstance(value, TensorSpec):

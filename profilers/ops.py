@@ -26,6 +26,7 @@ from functools import cache
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from profilers.errors import HwlatError
 from profilers.oprecord import (
@@ -35,6 +36,7 @@ from profilers.oprecord import (
     _contiguous_strides,
     _with_first_tensor,
     dtype_from_name,
+    spec_value,
     tensors_in,
 )
 
@@ -687,6 +689,7 @@ def generic_features(record: OpRecord) -> Features:
         "in_place": float(split_op_name(record.op)[1].endswith("_") or "out" in record.kwargs),
         "flops_per_elem": flops_of(record) / numel_out if numel_out else 0.0,
         "log_gather_stride": _log_gather_stride(ins[0] if ins else None, out),
+        "gather_stride_pow2": _gather_stride_pow2(ins[0] if ins else None, out),
         "op_code": op_code(record),
     }
 
@@ -701,16 +704,36 @@ def op_code(record: OpRecord) -> float:
     return float(zlib.crc32(_base_name(record).encode()) % 10007)
 
 
-def _log_gather_stride(x: TensorSpec | None, out: TensorSpec | None) -> float:
-    """log2 of how far apart, in elements, the input elements are that the output writes next
-    to each other: 0 for a plain copy, large for a transposing one (1x128x56x56 from a
-    transposed sequence reads every 128th element and took 0.43 ms, where the data model
-    trained without such copies said 0.04 ms). NaN where input and output shapes differ."""
+def _gather_stride(x: TensorSpec | None, out: TensorSpec | None) -> int | None:
+    """How far apart, in elements, the input elements are that the output writes next to each
+    other; None where input and output shapes differ."""
     if x is None or out is None or x.shape != out.shape or not out.shape:
-        return float("nan")
+        return None
     inner = min((d for d, n in enumerate(out.shape) if n > 1),
                 key=lambda d: out.stride[d], default=None)
-    return math.log2(max(1, abs(x.stride[inner]))) if inner is not None else 0.0
+    return abs(x.stride[inner]) if inner is not None else 1
+
+
+def _log_gather_stride(x: TensorSpec | None, out: TensorSpec | None) -> float:
+    """log2 of `_gather_stride`: 0 for a plain copy, large for a transposing one (1x128x56x56
+    from a transposed sequence reads every 128th element and took 0.43 ms, where the data model
+    trained without such copies said 0.04 ms). NaN where input and output shapes differ."""
+    stride = _gather_stride(x, out)
+    return math.log2(max(1, stride)) if stride is not None else float("nan")
+
+
+def _gather_stride_pow2(x: TensorSpec | None, out: TensorSpec | None) -> float:
+    """log2 of the largest power of two dividing the gather stride in bytes, at most 16.
+
+    Rows a power-of-two number of bytes apart fall in the same few cache sets, so a gather
+    across them misses far more: transposing a 1x1024xC sequence took 3.27 ms at C=1024 and
+    0.71 ms at C=1040, 1.18 against 0.35 at 512 and 520, 0.48 against 0.27 for 3136x128 and
+    3136x136 (1 thread). NaN where input and output shapes differ."""
+    stride = _gather_stride(x, out)
+    if stride is None or x is None:
+        return float("nan")
+    stride_bytes = max(1, stride) * x.itemsize
+    return float(min(16, (stride_bytes & -stride_bytes).bit_length() - 1))
 
 
 # per output element and sampled dimension, by interpolation_mode: bilinear, nearest, bicubic
@@ -982,16 +1005,78 @@ def dense_input_split(record: OpRecord) -> tuple[OpRecord, OpRecord] | None:
     weight = ins[1] if len(ins) > 1 else None
     fmt = "channels_last" if (weight is not None and len(x.shape) == 4
                               and weight.memory_format == "channels_last") else "contiguous"
-    dense = TensorSpec(x.shape, _channels_last_strides(x.shape) if fmt == "channels_last"
-                       else _contiguous_strides(x.shape), x.dtype, x.device)
-    copy = OpRecord(op="aten.contiguous.default", args=(x,),
-                    kwargs={"memory_format": torch.channels_last if fmt == "channels_last"
-                            else torch.contiguous_format},
-                    outputs=(dense,), module=record.module)
+    copy = _dense_copy(x, fmt, record.module)
+    dense = copy.outputs[0]
     done = [False]  # the activation is the first tensor of two or more dims, as in batch_key
     on_dense = replace(record, args=_with_first_tensor(record.args, lambda _: dense, done),
                        kwargs=_with_first_tensor(record.kwargs, lambda _: dense, done))
     return copy, on_dense
+
+
+def _dense_copy(x: TensorSpec, fmt: str, module: str) -> OpRecord:
+    """The copy of `x` into a dense tensor of memory format `fmt` (contiguous, channels_last)."""
+    dense = TensorSpec(x.shape, _channels_last_strides(x.shape) if fmt == "channels_last"
+                       else _contiguous_strides(x.shape), x.dtype, x.device)
+    return OpRecord(op="aten.contiguous.default", args=(x,),
+                    kwargs={"memory_format": torch.channels_last if fmt == "channels_last"
+                            else torch.contiguous_format},
+                    outputs=(dense,), module=module)
+
+
+class _Calls(TorchDispatchMode):
+    """The aten calls a composite op makes, as OpRecords (shapes only: run on meta tensors)."""
+
+    def __init__(self, module: str) -> None:
+        super().__init__()
+        self.module = module
+        self.records: list[OpRecord] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        outs = out if isinstance(out, list | tuple) else [out]
+        self.records.append(OpRecord(
+            op=str(func), args=tuple(spec_value(a) for a in args),
+            kwargs={k: spec_value(v) for k, v in kwargs.items()},
+            outputs=tuple(TensorSpec.of(t) for t in outs if isinstance(t, torch.Tensor)),
+            module=self.module))
+        return out
+
+
+def einsum_split(record: OpRecord) -> tuple[OpRecord, ...] | None:
+    """The calls an einsum makes, where one of them copies an operand; else None.
+
+    torch.einsum permutes each operand so that its contracted letters sit together and reshapes
+    it for one bmm. Where those letters do not merge in memory the reshape copies the operand,
+    inside the one dispatched op. XLNet's output projection "ibnd,hnd->ibh" copies its 1024x16x64
+    weight on every call: 8.1 ms at 1 thread where the bmm alone takes 2.8 ms and the input
+    projection "ibh,hnd->ibnd", the same (M, N, K), 3.0 ms. The matmul features cannot tell the
+    two apart, so the copies and the bmm are predicted separately. The calls are ATen's own
+    einsum decomposition, replayed on meta tensors."""
+    if split_op_name(record.op)[1] != "einsum":
+        return None
+    b = bound(record)
+    operands = [torch.empty_strided(t.shape, t.stride, dtype=dtype_from_name(t.dtype),
+                                    device="meta") for t in b["tensors"]]
+    calls = _Calls(record.module)
+    try:
+        with torch.inference_mode(), calls:
+            torch.ops.aten.einsum.default.decompose(b["equation"], operands, path=b.get("path"))
+    except Exception:  # noqa: BLE001 - an equation meta cannot replay: price the einsum whole
+        return None
+    # a reshape that cannot be a view clones its input contiguous: priced as that copy, which
+    # the profile draws transposing (a reshape is drawn only for window partitions)
+    work = tuple(_dense_copy(r.inputs[0], "contiguous", r.module) if _base_name(r) == "reshape"
+                 else r for r in calls.records if not is_free(r))
+    if not any(record_family(r) == "data" for r in work):
+        return None
+    return work
+
+
+def split_hidden_work(record: OpRecord) -> tuple[OpRecord, ...] | None:
+    """The parts of an op that does hidden work a model of its own family cannot see (a copy of
+    a strided input, einsum's operand copies), to be predicted one by one; None: no such work."""
+    return einsum_split(record) or dense_input_split(record)
 
 
 # --------------------------------------------------------------------------- registry
@@ -1173,7 +1258,8 @@ _FAMILY_FEATURES: dict[str, tuple[str, ...]] = {
     "norm": ("numel", "normalized_size", "N", "C", "groups", "has_weight", "training", "kind"),
     **{f: ("numel_in", "numel_in_total", "numel_out", "n_tensor_inputs", "ndim_out",
            "reduce_size", "reduce_inner", "broadcast", "inputs_contiguous",
-           "output_contiguous", "in_place", "flops_per_elem", "log_gather_stride", "op_code",
+           "output_contiguous", "in_place", "flops_per_elem", "log_gather_stride",
+           "gather_stride_pow2", "op_code",
            "kernel_path")
        for f in ("eltwise", "reduce", "data", UNKNOWN)},
     "free": (),

@@ -427,6 +427,28 @@ def test_settings_stored_under_a_moved_checkout_still_fit_and_lost_ones_are_name
     assert "/elsewhere/mine.py:net 1x8x512 (" in predictor.correction.note
 
 
+def test_an_einsum_that_copies_its_weight_is_predicted_as_the_copies_plus_the_bmm(predictor):
+    import torch
+
+    from profilers.capture import record_real
+
+    class OutProjection(torch.nn.Module):  # XLNet's: the einsum copies its weight each call
+        def __init__(self) -> None:
+            super().__init__()
+            self.o = torch.nn.Parameter(torch.randn(32, 4, 8))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.einsum("ibnd,hnd->ibh", x, self.o)
+
+    record = record_real(OutProjection().eval(), [torch.randn(16, 1, 4, 8)])[0]
+    parts = ops.split_hidden_work(record)
+    predictor.estimate_ops([record])
+    got = predictor.estimate(record)
+    assert got.family == "matmul"
+    assert got.p50_s == pytest.approx(sum(predictor.estimate(p).p50_s for p in parts))
+    assert got.p50_s > predictor.estimate(parts[-1]).p50_s > 0
+
+
 def test_a_strided_conv_is_predicted_as_its_hidden_copy_plus_the_dense_conv(predictor):
     """ATen copies a conv input that is neither contiguous nor channels_last before the kernel
     runs; the conv model only knows dense inputs, so the copy is predicted on its own."""

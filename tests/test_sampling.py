@@ -88,6 +88,15 @@ def test_layout_copies_include_gathers_the_zoo_rarely_has() -> None:
     assert min(strides) == 0  # and some copy whole rows (attention heads)
 
 
+def test_transposing_copies_include_power_of_two_channels() -> None:
+    """Real networks' channels are powers of two, whose transposes gather 1.5-4.6x slower."""
+    records = [r for r in sampling.random_records("data", 60, seed=5)
+               if lookup(r.op).family == "data"]
+    pow2 = [ops.generic_features(r)["gather_stride_pow2"] for r in records
+            if ops.generic_features(r)["log_gather_stride"] >= 4]
+    assert sum(p >= 8 for p in pow2) >= 3 and sum(p < 8 for p in pow2) >= 3
+
+
 def test_random_convs_include_grouped_ones_that_real_models_use():
     convs = [r for r in sampling.random_records("conv", 80, seed=0) if r.op.endswith("conv2d.default")]
     groups = {r.key: r.args[6] if len(r.args) > 6 else 1 for r in convs}
