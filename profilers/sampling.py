@@ -257,7 +257,28 @@ def _conv_transpose(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]
     return mod, [(n, cin, hw, hw)], False
 
 
+GROUP_LOOP_SHARE = 0.3
+"""Of the random convs, the share drawn as a reparameterisable block's depthwise 1x1 branch:
+unstrided, dense layout, batch 1-8, which ATen runs on its native kernels one group at a time,
+about 4.1 us a group at 1 thread (1x384x7x7: 1.57 ms; 1x192x14x14: 0.78 ms). The general
+draws above made 3 such configs in 2043 conv configs of a 10-minute profile, and the conv model
+priced RepViT-M0.9's at 0.03-0.25x their time alone (its depthwise convs 27.8 ms against 57.4,
+`unseen_timm2.txt`, 12-04 22:16 profile). A share of 0.08 at one multiple of draws added 3 more,
+and repvit moved -22% -> -31%: too few for the tree, so convs draw twice (`DRAWS`)."""
+
+
+def _group_loop_conv(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
+    c = _channels(rng, 16, 1024)
+    n, hw = rng.choice((1, 1, 1, 2, 8)), rng.choice((7, 14, 28, 56, 8, 16, 32, 64))
+    hw = _fit_spatial(n, c, hw)
+    mod = nn.Conv2d(c, c * rng.choice(DEPTHWISE_MULTIPLIERS), 1, groups=c,
+                    bias=rng.random() < 0.5)
+    return mod, [(n, c, hw, hw)], False
+
+
 def _conv(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
+    if rng.random() < GROUP_LOOP_SHARE:
+        return _group_loop_conv(rng)
     if rng.random() < CONV3D_SHARE:
         return _conv3d(rng)
     if rng.random() < TRANSPOSED_SHARE:
@@ -766,7 +787,7 @@ GENERATORS: dict[str, Callable[[random.Random], Drawn]] = {
 """Random-config generators, one per op family (see `Drawn`)."""
 
 
-DRAWS: dict[str, int] = {"eltwise": 4, "data": 3, "reduce": 2, "rnn": 2, "norm": 2}
+DRAWS: dict[str, int] = {"eltwise": 4, "data": 3, "reduce": 2, "rnn": 2, "norm": 2, "conv": 2}
 """Random configs a family draws, as a multiple of the profile's count per family: the families
 that share one model across many ops (told apart by `ops.op_code`) need several configs of each
 op, and their ops are cheap to time. At one multiple (60 draws), a 10-minute profile held 1-4
