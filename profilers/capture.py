@@ -38,7 +38,6 @@ from profilers.oprecord import (
     _channels_last_strides,
     _contiguous_strides,
     dtype_from_name,
-    spec_value,
 )
 from profilers.specs import InputSpec, LoadedModel, load_model
 
@@ -130,14 +129,9 @@ class _OpRecorder(TorchDispatchMode):
         if getattr(func, "is_view", False):
             out = _with_real_view_strides(func, args, kwargs, out)
         if func.namespace != "prim":  # prim.device & co are metadata queries of subclasses
-            self.records.append(OpRecord(
-                op=str(func),
-                args=tuple(spec_value(a) for a in args),
-                kwargs={k: spec_value(v) for k, v in kwargs.items()},
-                outputs=tuple(_output_specs(out)),
-                module=self.modules.current,
-                weight_bytes=self._weight_bytes(func, args, kwargs, out),
-            ))
+            self.records.append(OpRecord.of_call(
+                func, args, kwargs, _output_specs(out), self.modules.current,
+                self._weight_bytes(func, args, kwargs, out)))
         return out
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -212,6 +212,14 @@ class OpRecord:
     # bytes of the model's parameters and buffers among the inputs (capture fills it; like
     # `module`, it describes the call site, not the config, and is not part of the key)
     weight_bytes: int = 0
+
+    @classmethod
+    def of_call(cls, func: Any, args: tuple, kwargs: dict, outputs: Iterable[TensorSpec],
+                module: str, weight_bytes: int = 0) -> OpRecord:
+        """One dispatched aten call, its tensor arguments replaced by specs (`spec_value`)."""
+        return cls(op=str(func), args=tuple(spec_value(a) for a in args),
+                   kwargs={k: spec_value(v) for k, v in kwargs.items()}, outputs=tuple(outputs),
+                   module=module, weight_bytes=weight_bytes)
 
     @cached_property
     def inputs(self) -> list[TensorSpec]:

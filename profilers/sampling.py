@@ -262,8 +262,8 @@ GROUP_LOOP_SHARE = 0.3
 unstrided, dense layout, batch 1-8, which ATen runs on its native kernels one group at a time,
 about 4.1 us a group at 1 thread (1x384x7x7: 1.57 ms; 1x192x14x14: 0.78 ms). The general
 draws above made 3 such configs in 2043 conv configs of a 10-minute profile, and the conv model
-priced RepViT-M0.9's at 0.03-0.25x their time alone (its depthwise convs 27.8 ms against 57.4,
-`unseen_timm2.txt`, 12-04 22:16 profile). A share of 0.08 at one multiple of draws added 3 more,
+priced RepViT-M0.9's at 0.03-0.25x their time alone (1x384x7x7 0.053 ms against 1.594,
+1x192x14x14 0.199 against 0.796; `unseen_timm2.txt`, 12-04 22:16 profile). A share of 0.08 at one multiple of draws added 3 more,
 and repvit moved -22% -> -31%: too few for the tree, so convs draw twice (`DRAWS`)."""
 
 
