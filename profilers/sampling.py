@@ -726,6 +726,27 @@ def _layout_channels(rng: random.Random) -> int:
     return _channels(rng, 16, 1024)
 
 
+MAX_PERMUTE_NUMEL = 4 << 20
+
+
+def _permute_copy(rng: random.Random) -> Drawn:
+    """A copy of a 3- or 4-dim tensor into a random order of its dims that moves the innermost
+    one, as einsum does to an operand whose contracted letters do not merge (XLNet's weight,
+    1024x16x64 to 64x16x1024). Unlike a 2-D transpose, such a copy can read a line apart in
+    several dims before it comes back to one (`ops._log_gather_footprint`)."""
+    rank = rng.choice((3, 3, 4))
+    shape = [1]
+    while math.prod(shape) < 1 << 14:  # some dims heads-sized, the rest channels or tokens
+        shape = [_layout_channels(rng) if rng.random() < 0.7 else rng.choice((2, 3, 4, 8, 12, 16))
+                 for _ in range(rank)]
+    while math.prod(shape) > MAX_PERMUTE_NUMEL:
+        shape[shape.index(max(shape))] //= 2
+    dims = list(range(rank))
+    while dims[-1] == rank - 1:
+        rng.shuffle(dims)
+    return _Relayout(tuple(dims)), [tuple(shape)], False
+
+
 def _layout_copy(rng: random.Random) -> Drawn:
     """Transposing copies: NCHW to NHWC and back, a token sequence to an image's channel-first
     layout (what a conv on a transposed sequence copies inside the kernel), attention heads
@@ -735,8 +756,9 @@ def _layout_copy(rng: random.Random) -> Drawn:
     detectors' RoIAlign (a bilinear gather) and non-maximum suppression, where torchvision is
     installed."""
     n = rng.choice((1, 1, 8))
-    kind = rng.choice(("image", "image", "sequence", "heads", "grid", "roi", "nms", "bias",
-                       *("rearrange",) * 6))  # 16 kinds dealt (REARRANGE_KINDS), 4+ of each
+    kind = rng.choice(("image", "image", "image", "sequence", "sequence", "heads", "grid", "roi",
+                       "nms", "bias", "permute",
+                       *("rearrange",) * 8))  # 16 kinds dealt (REARRANGE_KINDS), 4+ of each
     if kind == "bias":
         tokens, heads = rng.choice((16, 49, 49, 64, 144, 196)), rng.choice((2, 3, 4, 6, 8, 12, 16))
         table_first = rng.random() < 0.5
@@ -759,11 +781,16 @@ def _layout_copy(rng: random.Random) -> Drawn:
         pixels, side = rng.choice((256, 700, 1000, 2852, 5000)), rng.choice((4, 8, 16, 32, 46))
         window = rng.choice((5, 7, 9))
         return _GridSample(), [(pixels, 1, side, side), (pixels, window, window, 2)], False
+    if kind == "permute":
+        return _permute_copy(rng)
     if kind == "image":
         c = _layout_channels(rng)
         hw = _fit_spatial(n, c, _spatial(rng))
-        dims = rng.choice(((0, 2, 3, 1), (0, 3, 1, 2), None))
-        return _Relayout(dims), [(n, c, hw, hw)], False
+        dims = rng.choice(((0, 2, 3, 1), (0, 3, 1, 2), None, (0, 1, 2, 3)))
+        # (0, 1, 2, 3): an NHWC map made NCHW, the copy ATen makes of a transposed token
+        # sequence before a conv on it (pvt_v2's 1x256x56x56: 1.75 ms, where the contiguous
+        # conv after it takes 0.48; 1 thread)
+        return _Relayout(dims), [(n, c, hw, hw)], dims == (0, 1, 2, 3)
     if kind == "sequence":
         c = _layout_channels(rng)
         hw = _fit_spatial(n, c, rng.choice((7, 14, 28, 56, 64, 128)))
@@ -787,7 +814,7 @@ GENERATORS: dict[str, Callable[[random.Random], Drawn]] = {
 """Random-config generators, one per op family (see `Drawn`)."""
 
 
-DRAWS: dict[str, int] = {"eltwise": 4, "data": 3, "reduce": 2, "rnn": 2, "norm": 2, "conv": 2}
+DRAWS: dict[str, int] = {"eltwise": 4, "data": 4, "reduce": 2, "rnn": 2, "norm": 2, "conv": 2}
 """Random configs a family draws, as a multiple of the profile's count per family: the families
 that share one model across many ops (told apart by `ops.op_code`) need several configs of each
 op, and their ops are cheap to time. At one multiple (60 draws), a 10-minute profile held 1-4
@@ -796,7 +823,9 @@ configs of each tail elementwise op and the family's model, cross-validated, mis
 Recurrent layers have only random configs (no zoo model has one): 58 of them priced a GRU at
 0.65-0.83x its time in two profiles. Norms draw twice: with 4 weight standardisations among the
 1609 norm configs of a profile (one multiple), the model priced them at 0.26-0.67x their time
-alone (nf_resnet50, 12-04 evening)."""
+alone (nf_resnet50, 12-04 evening). Layout copies draw four times: a 10-minute profile held 65
+transposing copies among 1138 data configs, 4 of them gathering 1 KiB or more apart, and priced
+pvt_v2_b0's NHWC-to-NCHW copies at 0.21-0.31x their time alone (12-05)."""
 
 
 def draws(family: str, n: int) -> int:

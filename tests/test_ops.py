@@ -348,6 +348,24 @@ def test_a_gather_across_power_of_two_rows_is_told_from_one_across_odd_rows() ->
     assert pow2["log_gather_stride"] == pytest.approx(odd["log_gather_stride"], abs=0.05)
 
 
+def test_the_gather_footprint_tells_a_reversal_of_three_dims_from_a_2d_transpose() -> None:
+    """XLNet's weight copy (1024x16x64 to 64x16x1024) passes over 16384 lines before it reads
+    one again, a 2-D transpose of the same 1M floats over 1024; their gather strides agree."""
+    def copy(shape, in_stride) -> OpRecord:
+        out = TensorSpec(shape, tuple(math.prod(shape[i + 1:]) for i in range(len(shape))),
+                         "float32")
+        return OpRecord("aten.contiguous.default", (TensorSpec(shape, in_stride, "float32"),),
+                        {}, (out,))
+    reversal = ops.generic_features(copy((64, 16, 1024), (1, 64, 1024)))
+    transpose = ops.generic_features(copy((1024, 1024), (1, 1024)))
+    plain = ops.generic_features(copy((1024, 1024), (1024, 1)))
+    assert reversal["log_gather_footprint"] == 20.0  # 16384 lines of 64 bytes
+    assert transpose["log_gather_footprint"] == 16.0
+    assert plain["log_gather_footprint"] == 6.0
+    assert reversal["log_gather_stride"] == transpose["log_gather_stride"]
+    assert reversal["gather_stride_pow2"] == transpose["gather_stride_pow2"]
+
+
 def test_an_einsum_that_copies_an_operand_splits_into_atens_copies_and_its_bmm() -> None:
     """XLNet's output projection "ibnd,hnd->ibh" copies its weight on every call (8.1 ms against
     3.0 for the input projection of the same sizes, 1 thread); the input projection copies

@@ -83,7 +83,7 @@ def test_layout_copies_include_gathers_the_zoo_rarely_has() -> None:
     drawn = sampling.random_records("data", 16, seed=3)
     records = [r for r in drawn if lookup(r.op).family == "data"]
     assert records and all(lookup(r.op).family == "eltwise" for r in drawn if r not in records)
-    strides = [ops.generic_features(r)["log_gather_stride"] for r in records]
+    strides = [s for r in records if not math.isnan(s := ops.generic_features(r)["log_gather_stride"])]
     assert max(strides) >= 5  # a transposing copy reads every 32nd element or further apart
     assert min(strides) == 0  # and some copy whole rows (attention heads)
 
@@ -95,6 +95,19 @@ def test_transposing_copies_include_power_of_two_channels() -> None:
     pow2 = [ops.generic_features(r)["gather_stride_pow2"] for r in records
             if ops.generic_features(r)["log_gather_stride"] >= 4]
     assert sum(p >= 8 for p in pow2) >= 3 and sum(p < 8 for p in pow2) >= 3
+
+
+def test_layout_copies_include_permutes_that_gather_across_several_dims() -> None:
+    """einsum's operand copies reverse three dims (XLNet's weight): each read a line apart in
+    two or more dims, more than a 2-D transpose of the same size passes over."""
+    records = [r for r in sampling.random_records("data", 60, seed=5)
+               if lookup(r.op).family == "data" and len(r.inputs[0].shape) >= 3
+               and r.inputs[0].shape == r.outputs[0].shape]
+    several = [r for r in records
+               if sum(r.inputs[0].stride[d] > 16 and n > 1 for d, n in enumerate(r.outputs[0].shape)
+                      if r.outputs[0].stride[d] < max(r.outputs[0].stride)) >= 2]
+    assert len(several) >= 3
+    assert max(ops.generic_features(r)["log_gather_footprint"] for r in several) >= 16
 
 
 def test_random_convs_include_grouped_ones_that_real_models_use():
