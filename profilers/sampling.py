@@ -306,7 +306,38 @@ def _conv(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
     return mod, [(n, cin, max(hw, k // 2 + 1), max(hw, k // 2 + 1))], rng.random() < 0.3
 
 
+class _PermutedLinear(nn.Module):
+    """A linear over the channels of a channels-first tensor, read through a permute: CaiT's
+    talking heads mix the heads of 1x4x196x196 attention maps this way. The leading dims merge
+    into one transposed matrix (no copy), tall and, across heads, only 4 wide: 0.38 ms alone,
+    priced at 0.15 by a model that had no such config (1 thread)."""
+
+    def __init__(self, c: int, n: int, bias: bool) -> None:
+        super().__init__()
+        self.fc = nn.Linear(c, n, bias=bias)
+
+    def forward(self, x):
+        return self.fc(x.permute(0, 2, 3, 1))
+
+
+PERMUTED_LINEAR_SHARE = 0.12
+
+
+def _permuted_linear(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
+    heads = rng.random() < 0.6
+    c = rng.choice((2, 3, 4, 5, 6, 8, 12, 16)) if heads else _channels(rng, 16, 1024)
+    n = c if heads and rng.random() < 0.7 else _channels(rng, 2, 1024)
+    b = rng.choice((1, 1, 2, 8))
+    side = _fit_spatial(b, max(c, n), rng.choice((49, 196, 197, 256) if heads  # attention maps
+                                                  else (7, 14, 28, 56, 64)))   # feature maps
+    while side > 1 and 2 * b * side * side * c * n > MAX_RANDOM_GFLOP * 1e9:
+        side //= 2
+    return _PermutedLinear(c, n, rng.random() < 0.8), [(b, c, side, side)], False
+
+
 def _linear(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
+    if rng.random() < PERMUTED_LINEAR_SHARE:
+        return _permuted_linear(rng)
     if rng.random() < 0.15:  # weights far beyond the LLC: classifier heads, LLM MLPs
         k, n = _channels(rng, 4096, 16384), _channels(rng, 1000, 8192)
         n = min(n, (64 << 20) // k)  # at most 256 MiB of fp32 weights
@@ -327,7 +358,32 @@ class _Attention(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
 
 
+class _BiasedAttention(nn.Module):
+    """Vision attention as TinyViT, LeViT and EfficientViT run it: q, k and v split from one
+    packed projection (strided views, never copied) and a learned bias per head over every pair
+    of tokens as the float mask, broadcast over the batch of windows. Never drawn, TinyViT's
+    16x4x49x32 windows were priced at 0.35x their time alone and 1x5x196x32 at 0.48x
+    (1 thread)."""
+
+    def __init__(self, heads: int, seq: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.register_buffer("bias", torch.zeros(heads, seq, seq))
+
+    def forward(self, qkv):
+        b, seq, _ = qkv.shape
+        q, k, v = qkv.view(b, seq, self.heads, 3, -1).permute(3, 0, 2, 1, 4).unbind(0)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias)
+
+
+BIASED_ATTENTION_SHARE = 0.35
+
+
 def _attention(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
+    if rng.random() < BIASED_ATTENTION_SHARE:
+        b, heads = rng.choice((1, 1, 4, 16, 64)), rng.choice((2, 3, 4, 5, 6, 8, 10))
+        seq, dim = rng.choice((16, 49, 49, 64, 144, 196, 197)), rng.choice((16, 32, 32, 64))
+        return _BiasedAttention(heads, seq), [(b, seq, 3 * heads * dim)], False
     b, heads = rng.choice((1, 2, 8)), rng.choice((4, 8, 12, 16))
     seq, dim = rng.choice((16, 32, 64, 128, 197, 256, 512)), rng.choice((32, 64, 64, 80, 128))
     shape = (b, heads, seq, dim)

@@ -73,8 +73,9 @@ def test_random_configs_stay_within_the_per_config_caps():
         pool, [shape], _ = sampling.GENERATORS["pool"](rng)
         assert shape[0] * shape[1] * shape[2] * shape[3] <= sampling.MAX_RANDOM_NUMEL or shape[2] <= 2
     assert conv_dims == {2, 3}  # video convs are drawn too
-    heads = [m for m, _, _ in (sampling.GENERATORS["matmul"](rng) for _ in range(300))
-             if m.in_features >= 4096 and m.out_features >= 1000]
+    linears = [getattr(m, "fc", m) for m, _, _ in
+               (sampling.GENERATORS["matmul"](rng) for _ in range(300))]  # fc: read permuted
+    heads = [m for m in linears if m.in_features >= 4096 and m.out_features >= 1000]
     assert heads  # some linear layers have weights far beyond the LLC
     assert all(m.in_features * m.out_features <= 64 << 20 for m in heads)
 
@@ -285,3 +286,23 @@ def test_random_convs_include_depthwise_1x1s_that_aten_runs_group_by_group() -> 
               and (r.args[6] if len(r.args) > 6 else 1) > 1]
     assert len(looped) >= 4
     assert len({r.inputs[0].shape[1] for r in looped}) >= 3  # across group counts
+
+
+def test_random_attention_includes_packed_qkv_with_a_bias_mask() -> None:
+    """TinyViT's windows: q, k, v strided views of one projection and a float bias per head."""
+    records = [r for r in sampling.random_records("attention", 40, seed=2)
+               if ops.record_family(r) == "attention"]
+    biased = [r for r in records if ops.features(r, {}, 1)["attention.has_mask"] == 1.0]
+    assert len(biased) >= 5 and len(records) - len(biased) >= 5
+    assert all(r.inputs[0].memory_format == "strided" for r in biased)  # never copied
+
+
+def test_random_linears_include_ones_read_through_a_permute() -> None:
+    """CaiT's talking heads: a linear across 4 heads of 1x4x196x196, one transposed matrix."""
+    records = sampling.random_records("matmul", 60, seed=2)
+    across = [r for r in records if ops.features(r, {}, 1)["matmul.a_transposed"] == 1.0
+              and ops.split_op_name(r.op)[1] == "linear"]
+    assert any(ops.features(r, {}, 1)["matmul.K"] <= 16 for r in across)
+    assert all(2 * ops.features(r, {}, 1)["matmul.M"] * ops.features(r, {}, 1)["matmul.N"]
+               * ops.features(r, {}, 1)["matmul.K"] <= sampling.MAX_RANDOM_GFLOP * 1e9
+               for r in across)
