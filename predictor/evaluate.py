@@ -106,24 +106,39 @@ def model_subnormal_share(spec: str, inputs: Sequence[str], threads: int | None 
 def _subnormal_note(row: EvalRow) -> str | None:
     if row.subnormal_share is None or row.subnormal_share <= SUBNORMAL_NOTE:
         return None
+    flushed = (f"; with it, it ran in {row.measured_flushed_ms:.2f} ms against "
+               f"{row.measured_ms:.2f} ms, hwlat's prediction "
+               f"{(row.predicted_ms / row.measured_flushed_ms - 1) * 100:+.1f}% from that"
+               if row.measured_flushed_ms else "")
     return (f"{row.spec} {','.join(row.inputs)}: {row.subnormal_share * 100:.1f}% of the values "
-            "its forward pass computes are subnormal (random weights underflow); the CPU's slow "
-            "path for them is in its measurement but not in op timings on random inputs, so it may "
-            "run slower than predicted (torch.set_flush_denormal(True) removes the slow path)")
+            "its forward pass computes are subnormal (underflow: random weights, or a mask such "
+            "as Swin's -100 before a softmax); the CPU's slow path for them is in its measurement "
+            "but not in op timings on random inputs, so it may run slower than predicted "
+            f"(torch.set_flush_denormal(True) removes the slow path{flushed})")
 
 
 def time_model(spec: str, inputs: Sequence[str], runs: int = 30, warmup: int = 5,
                threads: int | None = None, device: str = "cpu",
-               dtype: str = "float32") -> Measurement:
+               dtype: str = "float32", *, flush_denormal: bool = False) -> Measurement:
     """The forward pass's timing (seconds per pass, other processes' CPU use meanwhile): at least
     `runs` timed calls after `warmup`, more until the median is stable or `ROUND_TIME_S` has
     passed, with the same harness as the profile's end-to-end measurements (the correction is
-    fitted on those), each model in a fresh child process like them."""
+    fitted on those), each model in a fresh child process like them. `flush_denormal`: with
+    subnormals flushed to zero (`torch.set_flush_denormal(True)`)."""
     from profilers.modelbench import time_forward_isolated
 
     return time_forward_isolated(spec, list(inputs) or None, threads=threads, dtype=dtype,
                                  device=device, min_runs=runs, warmup=warmup,
-                                 max_time_s=ROUND_TIME_S, keep_min_runs=True)
+                                 max_time_s=ROUND_TIME_S, keep_min_runs=True,
+                                 flush_denormal=flush_denormal)
+
+
+def time_model_flushed(spec: str, inputs: Sequence[str], runs: int = 30, warmup: int = 5,
+                       threads: int | None = None, device: str = "cpu",
+                       dtype: str = "float32") -> Measurement:
+    """`time_model` with subnormals flushed to zero: what the model costs without the CPU's slow
+    path for them, which op timings on random inputs never take."""
+    return time_model(spec, inputs, runs, warmup, threads, device, dtype, flush_denormal=True)
 
 
 # ---------------------------------------------------------------------------------- metrics
@@ -288,6 +303,7 @@ class EvalRow:
     predicted_profile_ms: float | None = None  # before the session anchor (None: not anchored)
     measured_rounds_ms: list[float] = field(default_factory=list)  # the median of each round
     subnormal_share: float | None = None  # of the values its forward computes (None: unchecked)
+    measured_flushed_ms: float | None = None  # timed again with subnormals flushed (where found)
     contended_rounds: list[int] = field(default_factory=list)  # rounds timed beside other work
     slow_rounds: list[int] = field(default_factory=list)  # ... in a slow spell (profilers.pace)
     others_cores_max: float | None = None  # the most cores other processes took in a round
@@ -310,7 +326,9 @@ class EvalRow:
 class EvalReport:
     device: str
     rows: list[EvalRow]
-    summary: dict[str, dict]  # "hwlat" / "flops" / "roofline" (/ "hwlat_profile_anchor")
+    # "hwlat" / "flops" / "roofline" (/ "hwlat_profile_anchor"; "hwlat_flushed": against the
+    # measurements with subnormals flushed, where a model computes them)
+    summary: dict[str, dict]
     interval_coverage: float  # share of models whose measurement lies in the interval
     runs: int
     notes: list[str] = field(default_factory=list)
@@ -389,7 +407,7 @@ def _baselines(predictor: Predictor, rows: Sequence[ModelRow]
 def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int = 30,
              warmup: int = 5, rounds: int = ROUNDS, predictor: Predictor | None = None,
              measure_fn: MeasureFn | None = None, anchor: str = "profile",
-             subnormal_fn: SubnormalFn | None = None,
+             subnormal_fn: SubnormalFn | None = None, flushed_fn: MeasureFn | None = None,
              progress: ProgressFn | None = None) -> EvalReport:
     """Measure and predict every case; summary metrics for hwlat and both baselines.
 
@@ -401,6 +419,8 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     references around the evaluated models and scales every predictor by the drift (see above).
     subnormal_fn: checks each model's forward pass for subnormal values, which slow it down
     where op timings cannot see it (default: a real check when the measurement is real).
+    flushed_fn: times a model found computing subnormals once more with them flushed to zero,
+    beside its measurement (default: `time_model_flushed` when the measurement is real).
     """
     if anchor not in ANCHORS:
         raise ValueError(f"anchor must be one of {', '.join(ANCHORS)}, not {anchor!r}")
@@ -408,6 +428,7 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     dev = predictor.device
     if measure_fn is None:
         measure_fn, subnormal_fn = time_model, subnormal_fn or model_subnormal_share
+        flushed_fn = flushed_fn or time_model_flushed
     fitted_rows = predictor.cached_model_rows()  # the profile's end-to-end settings
     flops_base, roof_base, note = _baselines(predictor, fitted_rows)
     captured = []
@@ -450,6 +471,13 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
         subnormal = [subnormal_fn(case.spec, [str(i) for i in cap.inputs], dev.threads,
                                   dev.kind, case.dtype)
                      for case, cap in zip(cases, captured, strict=True)]
+    flushed: list[float | None] = [None] * len(cases)
+    for i, (case, cap, sub) in enumerate(zip(cases, captured, subnormal, strict=True)):
+        if flushed_fn and sub is not None and sub > SUBNORMAL_NOTE:
+            if progress:
+                progress(f"measuring {case.spec} again with subnormals flushed to zero")
+            flushed[i] = flushed_fn(case.spec, [str(x) for x in cap.inputs], runs, warmup,
+                                    dev.threads, dev.kind, case.dtype).median_s * 1e3
     notes = [note] if note else []
     if in_sample := sorted({c.spec for c in cases} & {r.spec for r in fitted_rows}):
         notes.append("timed end to end by this device's profile (the zoo or `profile --add`), so "
@@ -463,9 +491,9 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
                      "re-anchored")
     factors = factors or [drift.ratio if drift else 1.0] * len(cases)
     rows = []
-    for case, cap, measured, rounds_ms, ts, busy, sluggish, sub, k in zip(
-            cases, captured, measured_ms, round_ms, timings, contended, slow, subnormal, factors,
-            strict=True):
+    for case, cap, measured, rounds_ms, ts, busy, sluggish, sub, flushed_ms, k in zip(
+            cases, captured, measured_ms, round_ms, timings, contended, slow, subnormal, flushed,
+            factors, strict=True):
         pred = predictor.predict_captured(cap)
         rows.append(EvalRow(
             spec=case.spec, family=case.family or cap.family, inputs=pred.inputs,
@@ -479,6 +507,7 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
             measured_share=pred.measured_share,
             unmodelled_share=sum(u["share"] for u in pred.unmodelled), dtype=case.dtype,
             predicted_profile_ms=pred.p50_ms if drift else None, subnormal_share=sub,
+            measured_flushed_ms=flushed_ms,
             contended_rounds=busy, slow_rounds=sluggish,
             round_pace_ms=[t.pace_s * 1e3 if t.pace_s else None for t in ts],
             round_runs=[len(t.samples_s) for t in ts],
@@ -592,6 +621,9 @@ def _report(device: str, rows: list[EvalRow], runs: int, notes: list[str],
     if drift:
         summary["hwlat_profile_anchor"] = metrics(measured,
                                                   [r.predicted_profile_ms for r in rows])
+    if any(r.measured_flushed_ms for r in rows):  # beside, not instead: both are measurements
+        summary["hwlat_flushed"] = metrics([r.measured_flushed_ms or r.measured_ms for r in rows],
+                                           [r.predicted_ms for r in rows])
     covered = [r.interval_ms[0] <= r.measured_ms <= r.interval_ms[1] for r in rows]
     return EvalReport(device, rows, summary, float(np.mean(covered)) if rows else float("nan"),
                       runs, notes, anchor, drift)

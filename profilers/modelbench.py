@@ -357,10 +357,13 @@ FORWARD_WARMUP = 2
 def time_forward(spec: str, inputs: list[str] | None = None, *, batch: int | None = None,
                  dtype: str = "float32", device: str = "cpu", min_runs: int = FORWARD_MIN_RUNS,
                  warmup: int = FORWARD_WARMUP, max_time_s: float = 3.0,
-                 threads: int | None = None, keep_min_runs: bool = False) -> Measurement:
+                 threads: int | None = None, keep_min_runs: bool = False,
+                 flush_denormal: bool = False) -> Measurement:
     """Raw end-to-end forward latencies (seconds) of a model spec, as deployed (inference mode),
     in this process (`threads`: torch's intra-op threads, None leaves them as they are;
-    `keep_min_runs`: `min_runs` even past `max_time_s`, else the time cap may leave fewer), with
+    `keep_min_runs`: `min_runs` even past `max_time_s`, else the time cap may leave fewer;
+    `flush_denormal`: on a CPU, with `torch.set_flush_denormal(True)`, subnormals read and
+    written as zero, which takes the slow path for them out of the timing), with
     other processes' CPU use meanwhile and, on a CPU, the machine's pace (`profilers.pace`: a
     fixed probe timed just before and just after, the faster of the two).
 
@@ -384,10 +387,15 @@ def time_forward(spec: str, inputs: list[str] | None = None, *, batch: int | Non
         probe = pace.probe() if on_cpu else None
         before_s = probe() if probe else None
         timing = contention.Meter()
-        m = measure(forward, clock=clock_for(device), warmup=warmup, min_reps=min_runs,
-                    max_reps=max(min_runs, 200), max_time_s=max_time_s, rel_tol=0.01,
-                    device=device.split(":")[0], label=spec,
-                    min_reps_under_cap=min_runs if keep_min_runs else MIN_SAMPLES_UNDER_CAP)
+        flushing = flush_denormal and on_cpu and torch.set_flush_denormal(True)
+        try:
+            m = measure(forward, clock=clock_for(device), warmup=warmup, min_reps=min_runs,
+                        max_reps=max(min_runs, 200), max_time_s=max_time_s, rel_tol=0.01,
+                        device=device.split(":")[0], label=spec,
+                        min_reps_under_cap=min_runs if keep_min_runs else MIN_SAMPLES_UNDER_CAP)
+        finally:
+            if flushing:
+                torch.set_flush_denormal(False)
         use = timing.stop() or whole.stop()
         pace_s = min(before_s, probe()) if probe and before_s is not None else None
     return dataclasses.replace(m, cpu_use=use, pace_s=pace_s)

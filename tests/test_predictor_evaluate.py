@@ -351,6 +351,54 @@ def test_a_model_with_subnormal_values_gets_a_note(predictor):
     assert [r.subnormal_share for r in unchecked.rows] == [None, None]
 
 
+def test_a_model_with_subnormal_values_is_timed_again_with_them_flushed(predictor):
+    cases = [EvalCase(spec, SMALL) for spec in SPECS]
+    shares = {"torchvision:squeezenet1_1": 0.044, "torchvision:resnet18": 0.0}
+    flushed = []
+
+    def flushed_fn(spec, inputs, runs, warmup, threads, device, dtype):
+        flushed.append((spec, runs))
+        return timing([0.002] * runs)
+
+    report = evaluate(None, "dev1", cases, predictor=predictor, runs=30,
+                      measure_fn=lambda *a: timing([0.004] * a[2]),
+                      subnormal_fn=lambda spec, *a: shares[spec], flushed_fn=flushed_fn)
+    assert flushed == [("torchvision:squeezenet1_1", 30)]  # only the one computing subnormals
+    squeeze, resnet = report.rows
+    assert (squeeze.measured_flushed_ms, resnet.measured_flushed_ms) == (pytest.approx(2.0), None)
+    (note,) = [n for n in report.notes if "subnormal" in n]
+    assert "ran in 2.00 ms against 4.00 ms" in note
+    # scored against the flushed timing where there is one, the plain measurement elsewhere
+    predicted = [squeeze.predicted_ms, resnet.predicted_ms]
+    assert report.summary["hwlat_flushed"]["mape_pct"] == metrics([2.0, 4.0], predicted)["mape_pct"]
+    assert report.summary["hwlat"]["mape_pct"] == metrics([4.0, 4.0], predicted)["mape_pct"]
+    assert report.summary["hwlat_flushed"]["mape_pct"] != report.summary["hwlat"]["mape_pct"]
+    plain = evaluate(None, "dev1", cases, predictor=predictor,
+                     measure_fn=lambda *a: timing([0.004] * a[2]),
+                     subnormal_fn=lambda spec, *a: 0.0, flushed_fn=flushed_fn)
+    assert "hwlat_flushed" not in plain.summary and len(flushed) == 1
+
+
+def test_a_forward_timed_with_subnormals_flushed_reads_them_as_zero(tmp_path):
+    from profilers.modelbench import time_forward
+
+    seen = tmp_path / "seen.txt"
+    (tmp_path / "probe.py").write_text(
+        "import torch\n"
+        "class Probe(torch.nn.Module):\n"
+        "    def forward(self, x):\n"  # 1e-40 is subnormal in float32: flushed, it reads as 0
+        f"        open({str(seen)!r}, 'a').write(str(float(torch.tensor(1e-40) * 1.0) == 0))\n"
+        "        return x + 1\n"
+        "def make():\n"
+        "    return Probe()\n")
+    spec = f"{tmp_path / 'probe.py'}:make"
+    time_forward(spec, ["1x8"], min_runs=3, warmup=1, threads=1, flush_denormal=True)
+    assert set(seen.read_text().replace("True", "T ").split()) == {"T"}
+    seen.write_text("")
+    time_forward(spec, ["1x8"], min_runs=3, warmup=1, threads=1)  # and not after
+    assert "True" not in seen.read_text() and "False" in seen.read_text()
+
+
 def test_a_model_with_no_probe_beside_its_rounds_gets_the_median_over_all(monkeypatch):
     from predictor import evaluate as ev
 

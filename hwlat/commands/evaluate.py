@@ -91,7 +91,7 @@ def _inputs_for(spec: str, inputs: tuple[str, ...], batch: int) -> tuple[str, ..
 
 
 SUMMARY_LABELS = {"flops": "FLOPs-linear", "hwlat_profile_anchor": "hwlat, profile anchor",
-                  "remeasurement": "re-measurement"}
+                  "hwlat_flushed": "hwlat vs subnormals flushed", "remeasurement": "re-measurement"}
 
 
 def show(report: EvalReport) -> None:
