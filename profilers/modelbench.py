@@ -363,7 +363,9 @@ def time_forward(spec: str, inputs: list[str] | None = None, *, batch: int | Non
     in this process (`threads`: torch's intra-op threads, None leaves them as they are;
     `keep_min_runs`: `min_runs` even past `max_time_s`, else the time cap may leave fewer;
     `flush_denormal`: on a CPU, with `torch.set_flush_denormal(True)`, subnormals read and
-    written as zero, which takes the slow path for them out of the timing), with
+    written as zero, which takes the slow path for them out of the timing; at more than one
+    thread only in a process whose OpenMP workers have not started yet, as in
+    `time_forward_isolated`'s fresh child), with
     other processes' CPU use meanwhile and, on a CPU, the machine's pace (`profilers.pace`: a
     fixed probe timed just before and just after, the faster of the two).
 
@@ -375,29 +377,32 @@ def time_forward(spec: str, inputs: list[str] | None = None, *, batch: int | Non
     from profilers.clocks import clock_for
     from profilers.timer import MIN_SAMPLES_UNDER_CAP, measure, thread_count
 
-    whole = contention.Meter()
-    with thread_count(threads):
-        model, args = prepare(spec, inputs, batch=batch, dtype=dtype, device=device)
+    on_cpu = device.split(":")[0] == "cpu"  # GPU speed states are not probed
+    # before anything runs: set_flush_denormal sets the calling thread's floating-point control
+    # only, and OpenMP's workers copy it when they start; set after the model was built, swin_t
+    # at 8x3x160x160 and 2 threads took 585 ms flushed against 602 ms (1 thread: 398 and 1159)
+    flushing = flush_denormal and on_cpu and torch.set_flush_denormal(True)
+    try:
+        whole = contention.Meter()
+        with thread_count(threads):
+            model, args = prepare(spec, inputs, batch=batch, dtype=dtype, device=device)
 
-        def forward() -> None:
-            with torch.inference_mode():
-                model(*args)
+            def forward() -> None:
+                with torch.inference_mode():
+                    model(*args)
 
-        on_cpu = device.split(":")[0] == "cpu"  # GPU speed states are not probed
-        probe = pace.probe() if on_cpu else None
-        before_s = probe() if probe else None
-        timing = contention.Meter()
-        flushing = flush_denormal and on_cpu and torch.set_flush_denormal(True)
-        try:
+            probe = pace.probe() if on_cpu else None
+            before_s = probe() if probe else None
+            timing = contention.Meter()
             m = measure(forward, clock=clock_for(device), warmup=warmup, min_reps=min_runs,
                         max_reps=max(min_runs, 200), max_time_s=max_time_s, rel_tol=0.01,
                         device=device.split(":")[0], label=spec,
                         min_reps_under_cap=min_runs if keep_min_runs else MIN_SAMPLES_UNDER_CAP)
-        finally:
-            if flushing:
-                torch.set_flush_denormal(False)
-        use = timing.stop() or whole.stop()
-        pace_s = min(before_s, probe()) if probe and before_s is not None else None
+            use = timing.stop() or whole.stop()
+            pace_s = min(before_s, probe()) if probe and before_s is not None else None
+    finally:
+        if flushing:
+            torch.set_flush_denormal(False)
     return dataclasses.replace(m, cpu_use=use, pace_s=pace_s)
 
 

@@ -380,23 +380,29 @@ def test_a_model_with_subnormal_values_is_timed_again_with_them_flushed(predicto
 
 
 def test_a_forward_timed_with_subnormals_flushed_reads_them_as_zero(tmp_path):
-    from profilers.modelbench import time_forward
+    from profilers.modelbench import time_forward, time_forward_isolated
 
     seen = tmp_path / "seen.txt"
     (tmp_path / "probe.py").write_text(
         "import torch\n"
         "class Probe(torch.nn.Module):\n"
-        "    def forward(self, x):\n"  # 1e-40 is subnormal in float32: flushed, it reads as 0
-        f"        open({str(seen)!r}, 'a').write(str(float(torch.tensor(1e-40) * 1.0) == 0))\n"
+        "    def forward(self, x):\n"  # exp(-100) = 3.7e-44 is subnormal in float32: flushed,
+        # it is written as 0; exp over 1M values is split between the threads, each with its own
+        # floating-point control
+        "        kept = int(torch.exp(torch.full((1 << 20,), -100.0)).count_nonzero())\n"
+        f"        open({str(seen)!r}, 'a').write(f'{{kept}} ')\n"
         "        return x + 1\n"
         "def make():\n"
         "    return Probe()\n")
     spec = f"{tmp_path / 'probe.py'}:make"
     time_forward(spec, ["1x8"], min_runs=3, warmup=1, threads=1, flush_denormal=True)
-    assert set(seen.read_text().replace("True", "T ").split()) == {"T"}
+    assert set(seen.read_text().split()) == {"0"}
     seen.write_text("")
     time_forward(spec, ["1x8"], min_runs=3, warmup=1, threads=1)  # and not after
-    assert "True" not in seen.read_text() and "False" in seen.read_text()
+    assert set(seen.read_text().split()) == {str(1 << 20)}
+    seen.write_text("")  # every thread flushes, in the fresh child the evaluation times in
+    time_forward_isolated(spec, ["1x8"], threads=2, min_runs=3, warmup=1, flush_denormal=True)
+    assert set(seen.read_text().split()) == {"0"}
 
 
 def test_a_model_with_no_probe_beside_its_rounds_gets_the_median_over_all(monkeypatch):
