@@ -315,6 +315,14 @@ class Predictor:
                          f"{self.device.id} (profiled: {', '.join(sorted(self.profiled_dtypes))});"
                          " those ops are extrapolated by the family models: profile with "
                          "--dtype to measure them")
+        if self.device.kind == "cpu" and (fill := _subnormal_mask([r for r, _ in timed])):
+            notes.append(
+                f"{fill.module or 'it'} fills a mask with {fill.args[2]:g} ({fill.op}) and "
+                "takes a softmax, as Swin does: the masked probabilities, exp of that, can be "
+                "subnormal in float32, and a CPU with a slow path for subnormals then runs the "
+                "model slower than predicted (an Intel Xeon: swin_t at 1x3x160x160 took 168 ms, "
+                "65 ms with torch.set_flush_denormal(True), predicted 60); hwlat predicts the "
+                "flushed run, `hwlat evaluate` times both")
         untimed = self._untimed_ops(timed)
         if untimed:
             listed = ", ".join(f"{op} ({share:.0%} of the op time)" for op, share in untimed)
@@ -490,6 +498,28 @@ class Predictor:
 
 
 # ------------------------------------------------------------------------------- helpers
+
+
+# exp(x) is subnormal in float32 for x in (ln 2^-149, ln 2^-126) = (-103.28, -87.34): a mask value
+# there, added to logits before a softmax, leaves the masked probabilities subnormal wherever the
+# logits are within a few units of their row's maximum (Swin's -100; -inf or finfo.min gives 0).
+# A fused attention kernel (scaled_dot_product_attention) never writes them out: hf:swin fills
+# its mask with -100 too and computed no subnormal at all
+SUBNORMAL_EXP = (-103.28, -87.34)
+SOFTMAX_OPS = ("aten._softmax.default", "aten.softmax.int")
+
+
+def _subnormal_mask(records: Sequence[OpRecord]) -> OpRecord | None:
+    """The first float32 masked_fill whose fill value's exp is subnormal, where an explicit
+    softmax follows it; None if there is none."""
+    lo, hi = SUBNORMAL_EXP
+    for i, r in enumerate(records):
+        if (r.op.startswith("aten.masked_fill") and len(r.args) > 2
+                and isinstance(r.args[2], float) and lo < r.args[2] < hi
+                and r.outputs and r.outputs[0].dtype == "float32"
+                and any(later.op in SOFTMAX_OPS for later in records[i + 1:])):
+            return r
+    return None
 
 
 def _flops(record: OpRecord) -> float:

@@ -466,3 +466,25 @@ def test_a_strided_conv_is_predicted_as_its_hidden_copy_plus_the_dense_conv(pred
     assert got.p50_s == pytest.approx(parts[0].p50_s + parts[1].p50_s)
     assert got.family == "conv" and parts[0].family == "data"
     assert got.p50_s > parts[1].p50_s > 0
+
+
+def test_a_mask_whose_exp_is_subnormal_before_a_softmax_is_noted(predictor, resnet):
+    scores = TensorSpec((4, 3, 49, 49), (7203, 2401, 49, 1), "float32")
+    where = TensorSpec((4, 1, 49, 49), (2401, 2401, 49, 1), "bool")
+
+    def fill(value: float) -> OpRecord:
+        return OpRecord("aten.masked_fill.Scalar", (scores, where, value), {}, (scores,), "attn")
+
+    softmax = OpRecord("aten._softmax.default", (scores, -1, False), {}, (scores,), "attn")
+
+    def noted(ops: list) -> list[str]:
+        return [n for n in predictor.predict_ops([*resnet.ops, *ops], spec="x").notes
+                if "fills a mask" in n]
+
+    # Swin's -100: exp(-100) = 3.7e-44 is below float32's smallest normal
+    [note] = noted([fill(-100.0), softmax])
+    assert note.startswith("attn fills a mask with -100 (aten.masked_fill.Scalar)")
+    assert noted([fill(float("-inf")), softmax]) == []  # exp gives exact zeros
+    assert noted([fill(-1e4), softmax]) == []  # ... and so does anything under ln 2^-149
+    assert noted([fill(-100.0)]) == []  # no softmax: a fused attention kernel, or no logits
+    assert noted([softmax, fill(-100.0)]) == []  # the softmax must come after the mask
