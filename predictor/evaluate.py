@@ -103,8 +103,14 @@ def model_subnormal_share(spec: str, inputs: Sequence[str], threads: int | None 
                                     device=device)
 
 
+def _computes_subnormals(share: float | None) -> bool:
+    """Whether a model's share of subnormal values (None: unchecked) gets a note and a flushed
+    timing."""
+    return share is not None and share > SUBNORMAL_NOTE
+
+
 def _subnormal_note(row: EvalRow) -> str | None:
-    if row.subnormal_share is None or row.subnormal_share <= SUBNORMAL_NOTE:
+    if not _computes_subnormals(row.subnormal_share):
         return None
     flushed = (f"; with it, it ran in {row.measured_flushed_ms:.2f} ms against "
                f"{row.measured_ms:.2f} ms, hwlat's prediction "
@@ -427,8 +433,10 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     predictor = predictor or Predictor.for_device(db, device, progress=progress)
     dev = predictor.device
     if measure_fn is None:
+        from profilers.modelbench import can_flush_denormal
+
         measure_fn, subnormal_fn = time_model, subnormal_fn or model_subnormal_share
-        flushed_fn = flushed_fn or time_model_flushed
+        flushed_fn = flushed_fn or (time_model_flushed if can_flush_denormal() else None)
     fitted_rows = predictor.cached_model_rows()  # the profile's end-to-end settings
     flops_base, roof_base, note = _baselines(predictor, fitted_rows)
     captured = []
@@ -473,7 +481,7 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
                      for case, cap in zip(cases, captured, strict=True)]
     flushed: list[float | None] = [None] * len(cases)
     for i, (case, cap, sub) in enumerate(zip(cases, captured, subnormal, strict=True)):
-        if flushed_fn and sub is not None and sub > SUBNORMAL_NOTE:
+        if flushed_fn and _computes_subnormals(sub):
             if progress:
                 progress(f"measuring {case.spec} again with subnormals flushed to zero")
             flushed[i] = flushed_fn(case.spec, [str(x) for x in cap.inputs], runs, warmup,

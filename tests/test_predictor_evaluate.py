@@ -405,6 +405,18 @@ def test_a_forward_timed_with_subnormals_flushed_reads_them_as_zero(tmp_path):
     assert set(seen.read_text().split()) == {"0"}
 
 
+def test_a_cpu_that_cannot_flush_subnormals_gives_no_flushed_timing(monkeypatch):
+    from profilers import modelbench
+    from profilers.errors import BenchError
+
+    assert modelbench.can_flush_denormal()  # x86 with SSE3: every machine this runs on
+    monkeypatch.setattr(torch, "set_flush_denormal", lambda on: False)
+    assert not modelbench.can_flush_denormal()
+    with pytest.raises(BenchError, match="cannot flush subnormals"):
+        modelbench.time_forward("torchvision:squeezenet1_1", list(SMALL), min_runs=3, warmup=1,
+                                threads=1, flush_denormal=True)
+
+
 def test_a_model_with_no_probe_beside_its_rounds_gets_the_median_over_all(monkeypatch):
     from predictor import evaluate as ev
 
