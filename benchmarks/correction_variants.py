@@ -6,12 +6,16 @@ of the same profile (no timing: captures only, ~25 s per pair on 2 cores).
 
 CACHE_HOME is the XDG_CACHE_HOME the evaluation ran with, so the op models are the ones it
 predicted with (the first line per pair says how closely the refit reproduces its predictions).
-Per variant: held-out MAPE and share within 10% against the evaluation's measurements, the same
+Per variant: held-out MAPE and share within 10% against the evaluation's measurements (those
+with subnormals flushed where the evaluation has them, as `hwlat evaluate` scores "hwlat vs
+subnormals flushed": hwlat predicts that run), the same
 MAPE with the hour's level removed (each prediction/measurement ratio divided by their median),
 and the zoo's own leave-one-family-out MAPE; then the mean over the pairs.
 
 The variants (`VARIANTS`; one entry each):
 - as fitted: `predictor.correction`'s five terms;
+- per-op term kept >= 0: as fitted, but the per-op term dropped where it comes out negative (the
+  rule until 12-05; predictor/correction.py says what the sign bought);
 - weights by footprint: the weight re-read term only for the share of a model's weights that
   cannot stay in the LLC from one forward pass to the next (1 - LLC / its weight bytes, >= 0):
   weights that fit stay cached between passes;
@@ -55,7 +59,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernels_db.store import KernelDB
-from predictor.correction import Correction, solve_columns
+from predictor.correction import MIN_SHARE_OF_SUM, SIGNED_TERMS, Correction, solve_columns
 from predictor.e2e import Predictor
 from predictor.evaluate import metrics
 from profilers import ops
@@ -153,18 +157,21 @@ def _features(s: Setting) -> np.ndarray:
 
 
 def _solve(columns: Callable[[Setting], np.ndarray], train: list[Setting],
-           given: Callable[[Setting], float] = lambda s: 0.0) -> np.ndarray:
+           given: Callable[[Setting], float] = lambda s: 0.0,
+           signed: tuple[int, ...] = SIGNED_TERMS) -> np.ndarray:
     """The coefficients of `columns` fitted to each measured time less the part `given` (not
-    fitted) says."""
+    fitted) says; those in `signed` (by default the per-op term, column 1, as the predictor fits
+    it) may come out negative."""
     x = np.array([columns(s) for s in train])
-    return solve_columns(x, np.array([s.measured_s - given(s) for s in train]))
+    return solve_columns(x, np.array([s.measured_s - given(s) for s in train]), signed=signed)
 
 
 def _fit_linear(columns: Callable[[Setting], np.ndarray], train: list[Setting],
-                given: Callable[[Setting], float] = lambda s: 0.0) -> Callable[[Setting], float]:
-    """`_solve`'s fit as a predictor."""
-    coef = _solve(columns, train, given)
-    return lambda s: float(columns(s) @ coef + given(s))
+                given: Callable[[Setting], float] = lambda s: 0.0,
+                signed: tuple[int, ...] = SIGNED_TERMS) -> Callable[[Setting], float]:
+    """`_solve`'s fit as a predictor (with `Correction.apply`'s floor under the op sum)."""
+    coef = _solve(columns, train, given, signed)
+    return lambda s: max(float(columns(s) @ coef + given(s)), MIN_SHARE_OF_SUM * coef[0] * s.terms[0])
 
 
 def _lofo(fit: Callable[[list[Setting]], Callable[[Setting], float]],
@@ -229,7 +236,7 @@ def _overhead_fixed(us: float) -> Callable[[list[Setting]], Callable[[Setting], 
     traded against the traffic and weight terms (collinear on ~50 settings). The other terms are
     fitted to what is left of each measured time, with the solver's error relative to that."""
     return lambda t: _fit_linear(lambda s: np.delete(s.terms, 1), t,
-                                 given=lambda s: us * 1e-6 * s.terms[1])
+                                 given=lambda s: us * 1e-6 * s.terms[1], signed=())
 
 
 def _overhead_within(lo_us: float, hi_us: float
@@ -255,6 +262,7 @@ def _weights_fixed(c: float) -> Callable[[list[Setting]], Callable[[Setting], fl
 
 VARIANTS: dict[str, Callable[[list[Setting]], Callable[[Setting], float]]] = {
     "as fitted": lambda t: _fit_linear(_as_fitted, t),
+    "per-op term kept >= 0": lambda t: _fit_linear(_as_fitted, t, signed=()),
     "weights by footprint": lambda t: _fit_linear(_weights_by_footprint, t),
     "conv weights apart": lambda t: _fit_linear(_conv_weights_apart, t),
     "weights by weight share": lambda t: _fit_linear(_weights_by_share, t),
@@ -306,7 +314,8 @@ def settings_of(db: KernelDB, report: dict) -> tuple[Predictor, list[tuple[list,
         zoo.append((group, _setting(predictor, c, m.family, min(g.median_s for g in group))))
     held = [_setting(predictor, captured(m["spec"], m["inputs"], predictor.device.kind,
                                          m["dtype"]),
-                     m["spec"], m["measured_ms"] / 1e3) for m in report["models"]]
+                     m["spec"], (m.get("measured_flushed_ms") or m["measured_ms"]) / 1e3)
+            for m in report["models"]]
     return predictor, zoo, held
 
 

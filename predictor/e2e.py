@@ -36,9 +36,10 @@ SOURCES = ("measured", "interpolated", "model", "free", "fallback")
 CORRECTION_CACHE = "e2e_fit"
 # per_family entries that are correction terms, not op families
 CORRECTION_TERMS = ("op_overhead", "memory_traffic", "weight_reload", "large_op_traffic")
-CORRECTION_VERSION = 14  # bump when ModelRow or the correction formula changes (11: the
+CORRECTION_VERSION = 15  # bump when ModelRow or the correction formula changes (11: the
 # large-op traffic leaves out the weights of ops over the LLC; 12: contended timings left out;
-# 13: so does the memory traffic; 14: weights over the LLC floored at the stream bandwidth)
+# 13: so does the memory traffic; 14: weights over the LLC floored at the stream bandwidth;
+# 15: the per-op term may be negative)
 ProgressFn = Callable[[str], None]
 
 
