@@ -36,10 +36,10 @@ SOURCES = ("measured", "interpolated", "model", "free", "fallback")
 CORRECTION_CACHE = "e2e_fit"
 # per_family entries that are correction terms, not op families
 CORRECTION_TERMS = ("op_overhead", "memory_traffic", "weight_reload", "large_op_traffic")
-CORRECTION_VERSION = 15  # bump when ModelRow or the correction formula changes (11: the
+CORRECTION_VERSION = 16  # bump when ModelRow or the correction formula changes (11: the
 # large-op traffic leaves out the weights of ops over the LLC; 12: contended timings left out;
 # 13: so does the memory traffic; 14: weights over the LLC floored at the stream bandwidth;
-# 15: the per-op term may be negative)
+# 15: the per-op term may be negative; 16: the LLC as the profile measured it)
 ProgressFn = Callable[[str], None]
 
 
@@ -110,8 +110,10 @@ class Predictor:
         stream_gbps = (models.peaks or {}).get("stream_gbps") if device.kind == "cpu" else None
         self._stream_bytes_per_s = (stream_gbps or 0) * 1e9 or self._bytes_per_s
         caches = (device.fingerprint or {}).get("caches", {})
-        # the assumed 32 MiB only applies to a fingerprint without cache sizes
-        self._llc_bytes = float(caches.get("l3") or caches.get("l2") or 32 << 20)
+        # the LLC as measured by the profile's read sweep (`fingerprint.LLC_SPEEDUP`), else as
+        # lscpu says; the assumed 32 MiB only applies to a fingerprint without cache sizes
+        measured_llc = (models.peaks or {}).get("llc_bytes") if device.kind == "cpu" else None
+        self._llc_bytes = float(measured_llc or caches.get("l3") or caches.get("l2") or 32 << 20)
         # ops moving more than this do not fit in the L2 of the threads running them: what the
         # op timings flush (correction.py: the large-op traffic term)
         self._large_op_bytes = float(flush_bytes(device.kind, device.threads or 1,

@@ -392,6 +392,7 @@ def measure_peaks(
         matmuls = {d: _matmul_gflops(getattr(torch, d), dev, share_s) for d in supported}
         copy_gbps, copy = _copy_gbps(dev, budget_s * 0.125)
         stream_gbps, stream = _stream_gbps(dev, budget_s * 0.125)
+        llc_bytes = llc_from_sweep(_read_sweep(dev, budget_s * 0.125)) if kind == "cpu" else None
     noise = {d: round(m.noise, 3) for d, (_, m) in matmuls.items()}
     return {
         "device": dev,
@@ -400,11 +401,13 @@ def measure_peaks(
         "skipped_dtypes": [d for d in dtypes if d not in supported],
         "gbps": copy_gbps,
         "stream_gbps": stream_gbps,
+        "llc_bytes": llc_bytes,  # the largest read still served faster than memory (a CPU's)
         # IQR/median of each measurement
         "noise": {**noise, "copy": round(copy.noise, 3), "stream": round(stream.noise, 3)},
         "method": "median of timed square matmuls (2*n^3 flops); "
         "median of a tensor copy far beyond L3 (read + write bytes); "
-        "median of a matrix-vector product with weights far beyond L3 (weight bytes)",
+        "median of a matrix-vector product with weights far beyond L3 (weight bytes); "
+        "the largest buffer a sum still reads at LLC_SPEEDUP x the speed beyond L3",
         "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -472,6 +475,52 @@ def measure_stream_gbps(device: str = "cpu", threads: int | None = None,
         return None
     with thread_count(threads):
         return _stream_gbps("cpu", budget_s)[0]
+
+
+LLC_SPEEDUP = 1.4
+"""How much faster than memory a read must be to count as served by the cache (`llc_from_sweep`).
+On the 2-vCPU Intel Xeon of 12-05 (lscpu: 480 MiB of L3) a sum read 100-115 GB/s up to 1 MiB,
+26.5-29 GB/s from 4 to 64 MiB and 13.7-14.6 GB/s from 96 MiB on: what a VM gets of a shared LLC
+is not what lscpu says. Its ops beyond that took their weights from memory inside a model
+(efficientnet_v2_s' 1x1 convs with 1.5 MB of weights: 0.35 ms in the model, 0.196 ms alone)."""
+
+
+def _read_sweep(dev: str, share_s: float) -> list[tuple[int, float]]:
+    """(bytes, GB/s) of summing the first 1 MiB, 1.5 MiB, 2 MiB, 3 MiB, ... of one buffer far
+    beyond the LLC, up to the first size that reads under `LLC_SPEEDUP` x the whole buffer's
+    speed, and then the whole buffer. Each the median of a few reads after one that brings it
+    into cache."""
+    beyond = _beyond_llc_bytes(dev)
+    buffer = torch.ones(beyond // 4, dtype=torch.float32, device=dev)
+
+    def gbps(nbytes: int) -> float:
+        x = buffer[: nbytes // 4]
+        m = measure(lambda: x.sum(), warmup=1, min_reps=3, max_reps=9, max_time_s=share_s / 12,
+                    device=dev)
+        return nbytes / m.median_s / 1e9
+
+    memory = gbps(beyond)
+    points, n = [], 1 << 20
+    while n < beyond:
+        for nbytes in (n, n * 3 // 2):
+            points.append((nbytes, gbps(nbytes)))
+            if points[-1][1] < LLC_SPEEDUP * memory:
+                return [*points, (beyond, memory)]
+        n *= 2
+    return [*points, (beyond, memory)]
+
+
+def llc_from_sweep(points: list[tuple[int, float]]) -> int | None:
+    """The largest size of a read sweep (bytes, GB/s; ascending, the last beyond the LLC) up to
+    which every read ran at least `LLC_SPEEDUP` x the last one's speed; None if even the first
+    did not (no cache level measurably faster than memory)."""
+    memory = points[-1][1]
+    found = None
+    for nbytes, gbps in points[:-1]:
+        if gbps < LLC_SPEEDUP * memory:
+            break
+        found = nbytes
+    return found
 
 
 def _stream_gbps(dev: str, share_s: float) -> tuple[float, Measurement]:

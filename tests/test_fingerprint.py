@@ -16,6 +16,7 @@ from profilers.fingerprint import (
     _slug,
     cpu_caches,
     fingerprint,
+    llc_from_sweep,
     measure_peaks,
     measure_stream_gbps,
 )
@@ -108,6 +109,16 @@ def test_the_stream_is_timed_again_on_a_cpu_only():
     assert measure_stream_gbps("cuda") is None  # a GPU's floor does not read it
 
 
+def test_the_llc_is_the_largest_read_still_clearly_faster_than_memory():
+    mib = 1 << 20
+    xeon = [(1 * mib, 97.0), (2 * mib, 55.0), (4 * mib, 28.7), (16 * mib, 28.1),
+            (64 * mib, 26.5), (96 * mib, 15.5), (1024 * mib, 14.6)]  # 12-05, lscpu: 480 MiB
+    assert llc_from_sweep(xeon) == 64 * mib
+    # a dip stops the walk: what lies beyond it is not one cache the model can count on
+    assert llc_from_sweep([(mib, 50.0), (2 * mib, 15.0), (4 * mib, 40.0), (mib << 10, 14.0)]) == mib
+    assert llc_from_sweep([(mib, 15.0), (2 * mib, 14.8), (mib << 10, 14.6)]) is None
+
+
 def test_peaks_with_a_tiny_budget_are_positive():
     peaks = measure_peaks("cpu", threads=1, dtypes=("float32", "bfloat16"), budget_s=0.3)
     assert peaks["threads"] == 1 and peaks["device"] == "cpu"
@@ -115,6 +126,7 @@ def test_peaks_with_a_tiny_budget_are_positive():
     assert set(peaks["gflops"]) | set(peaks["skipped_dtypes"]) == {"float32", "bfloat16"}
     assert all(v > 0 for v in peaks["gflops"].values())
     assert peaks["gbps"] > 0 and peaks["stream_gbps"] > 0
+    assert peaks["llc_bytes"] is None or (1 << 20) <= peaks["llc_bytes"] < (1 << 30)
     assert set(peaks["noise"]) == set(peaks["gflops"]) | {"copy", "stream"}
     assert peaks["measured_at"].endswith("+00:00") and peaks["method"]
 

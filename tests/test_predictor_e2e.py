@@ -151,6 +151,27 @@ def test_traffic_terms_leave_out_the_weights_of_ops_over_the_llc(db_path, tmp_pa
     assert p.traffic_ms == pytest.approx(p.large_traffic_ms)  # all three are over 1 MiB
 
 
+def test_the_llc_the_profile_measured_overrides_what_lscpu_says(tmp_path, training_records):
+    """A VM's share of a shared LLC is what its read sweep finds (the Xeon of 12-05: 64 MiB of
+    a 480 MiB L3): an op beyond that streams its weights already when timed alone, so they leave
+    the weight re-read term; on a GPU the sweep is not used."""
+    x = TensorSpec((8, 2048), (2048, 1), "float32")
+    w = TensorSpec((2048, 2048), (2048, 1), "float32")  # 16.8 MB of weights
+    y = TensorSpec((8, 2048), (2048, 1), "float32")
+    fc = OpRecord("aten.linear.default", (x, w), {}, (y,), "fc", weight_bytes=w.nbytes)
+    weights_ms = {}
+    for name, kind, peaks in (("lscpu", "cpu", PEAKS), ("swept", "cpu", {**PEAKS, "llc_bytes": 8 << 20}),
+                              ("gpu", "cuda", {**PEAKS, "llc_bytes": 8 << 20})):
+        with KernelDB.open(tmp_path / f"{name}.db") as db:
+            db.upsert_device({"caches": {"l3": 480 << 20}}, device_id="dev1", kind=kind,
+                             threads=1, name="box", peaks=peaks)
+            add_measured(db, training_records)
+            pred = Predictor.for_device(db, "box", cache_dir=tmp_path / name)
+        weights_ms[name] = pred.predict_ops([fc]).weights_ms
+    assert weights_ms["lscpu"] == pytest.approx(w.nbytes / (PEAKS["gbps"] * 1e9) * 1e3)
+    assert weights_ms["swept"] == 0.0 and weights_ms["gpu"] == weights_ms["lscpu"]
+
+
 def test_ops_over_the_llc_are_floored_at_the_streaming_and_copy_bandwidths(
         tmp_path, training_records):
     """A model's prediction never beats memory for an op larger than the LLC: its weights at the
