@@ -523,6 +523,17 @@ def llc_from_sweep(points: list[tuple[int, float]]) -> int | None:
     return found
 
 
+def measure_llc_bytes(device: str = "cpu", threads: int | None = None,
+                      budget_s: float = 0.6) -> int | None:
+    """The LLC of `measure_peaks`, measured on its own (None on a GPU, whose predictor does not
+    read it, or where no cache level reads measurably faster than memory)."""
+    kind, _ = parse_device(device)
+    if kind != "cpu":
+        return None
+    with thread_count(threads):
+        return llc_from_sweep(_read_sweep("cpu", budget_s))
+
+
 def _stream_gbps(dev: str, share_s: float) -> tuple[float, Measurement]:
     """Weight bytes per second of a 1 x 4096 input through a linear layer far beyond the LLC."""
     k = 4096

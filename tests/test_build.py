@@ -717,3 +717,30 @@ def test_the_stream_is_timed_again_each_run_and_the_fastest_kept(tmp_path):
         assert retime_stream(db, "old", "cpu", 1, measure=lambda d, t: 19.0) == 19.0
         assert db.get_device("old").peaks == {"gbps": 20.0, "stream_gbps": 19.0}
         assert retime_stream(db, "new", "cpu", 1, measure=lambda d, t: 1 / 0) is None
+
+
+def test_a_cpu_profiled_before_the_llc_sweep_gets_it_once(tmp_path):
+    """`build.measure_llc_once`: the measured LLC is written into the peaks of a CPU that lacks
+    it, None included (no cache faster than memory), and never measured again; a GPU's, never."""
+    from kernels_db.build import measure_llc_once
+    from kernels_db.store import KernelDB
+
+    calls = []
+
+    def sweep(device, threads):
+        calls.append(threads)
+        return 64 << 20
+
+    with KernelDB.open(tmp_path / "l.db") as db:
+        db.upsert_device({"t": 1}, device_id="old", kind="cpu", threads=1, peaks={"gbps": 20.0})
+        db.upsert_device({"t": 2}, device_id="flat", kind="cpu", threads=2, peaks={"gbps": 20.0})
+        db.upsert_device({"t": 3}, device_id="gpu", kind="cuda", threads=None,
+                         peaks={"gbps": 900.0})
+        measure_llc_once(db, "old", "cpu", 1, measure=sweep)
+        measure_llc_once(db, "old", "cpu", 1, measure=sweep)
+        assert db.get_device("old").peaks == {"gbps": 20.0, "llc_bytes": 64 << 20}
+        measure_llc_once(db, "flat", "cpu", 2, measure=lambda d, t: None)
+        assert db.get_device("flat").peaks == {"gbps": 20.0, "llc_bytes": None}
+        measure_llc_once(db, "gpu", "cuda:0", None, measure=sweep)
+        assert "llc_bytes" not in db.get_device("gpu").peaks
+    assert calls == [1]
