@@ -59,9 +59,10 @@ below `MIN_SHARE_OF_SUM` of its scaled op sum: a model of thousands of tiny ops 
 zoo measured.
 
 Which terms are fitted depends on how many settings there are (`select_terms`). A full profile's
-zoo (56-59 settings) fits all five, each kept >= 0 but the per-op term. A short one (the quickstart's 5-10 settings)
-scores every subset of the four optional terms by leave-one-family-out error and keeps a term only
-if it lowers that error: five free terms on a handful of settings fit their noise. The subset
+zoo (56-59 settings) fits all five, each kept >= 0 but the per-op term. A short one (the
+quickstart's 5-10 settings) scores every subset of the four optional terms by leave-one-family-out
+error and keeps a term only if it lowers that error: five free terms on a handful of settings fit
+their noise. The subset
 search was the rule for every fit until it was measured against the evaluations it is for: seven
 full profiles of the dev VM (four at 1 thread, three at 2) re-predicted the held-out measurements
 of their own evaluations (the held-out zoo, timm, other torchvision, transformers; twelve sets) at
@@ -183,8 +184,8 @@ def solve_columns(x: np.ndarray, y: np.ndarray, terms: Sequence[int] | None = No
     columns in `terms` (all by default; 0 always).
 
     Columns whose coefficient comes out negative (and may not) are dropped and the rest refitted;
-    column 0 always stays (with no usable fit, its own coefficient negative, it is the ratio that makes the
-    plain sum unbiased and the others are 0).
+    column 0 always stays (with no usable fit, its own coefficient negative, it is the ratio that
+    makes the plain sum unbiased and the others are 0).
     `benchmarks/correction_variants.py` fits candidate terms through this same solver.
     """
     n = x.shape[1]
