@@ -26,6 +26,10 @@ The variants (`VARIANTS`; one entry each):
   half their bytes or more (a 1x1 conv on a 7x7 map, a batch-1 linear: nothing to hide the cold
   read behind); those ops' weights as a term of their own beside the rest;
 - conv sum apart: a multiplier of its own on the conv family's summed time;
+- small-op traffic, signed: the memory-traffic term only over the ops within the timing's cache
+  flush (the large-op term has the rest), and of either sign: inside a model such an op finds
+  its input hot from the op before, timed alone it does not (mnasnet0_5's ops summed 0.99x their
+  estimates inside the model where mnasnet1_0's summed 1.25x, batch 1, 1 thread, on the Xeon);
 - second stage, ridge / gradient-boosted: the five-term correction, then a model of its
   leave-one-family-out log residual from model-level features (each op family's share of the
   op sum, log op sum, time per op, traffic, weight and large-op time over the op sum, log batch),
@@ -44,7 +48,8 @@ On the 2-vCPU dev VM's 32 MiB-L3 incarnation (eleven pairs, 12-02 23:51 to 12-03
 benchmarks/RESULTS.md, 2026-12-03 late morning; thirteen with the fixed overheads, the midday
 entry; fifteen and six timm2 evaluations with the bounded overhead, the afternoon entry; nine
 pairs of 12-04 with the weight-share variants, the evening entry) none was adopted: see those
-entries for the numbers.
+entries for the numbers. On the 2-vCPU Intel Xeon (twelve pairs of 12-05, eight at 1 thread and
+four at 2; the 12-05 midday entry) only the per-op term's sign was (predictor/correction.py).
 """
 
 from __future__ import annotations
@@ -147,6 +152,12 @@ def _conv_weights_apart(s: Setting) -> np.ndarray:
 def _conv_sum_apart(s: Setting) -> np.ndarray:
     conv = s.op_s.get("conv", 0.0)
     return np.append(s.terms - np.eye(5)[0] * conv, conv)
+
+
+def _small_traffic(s: Setting) -> np.ndarray:
+    t = s.terms.copy()
+    t[2] -= t[4]
+    return t
 
 
 def _features(s: Setting) -> np.ndarray:
@@ -269,6 +280,7 @@ VARIANTS: dict[str, Callable[[list[Setting]], Callable[[Setting], float]]] = {
     "weights of weight-bound ops": lambda t: _fit_linear(_weight_bound_only, t),
     "weight-bound ops apart": lambda t: _fit_linear(_weight_bound_apart, t),
     "conv sum apart": lambda t: _fit_linear(_conv_sum_apart, t),
+    "small-op traffic, signed": lambda t: _fit_linear(_small_traffic, t, signed=(1, 2)),
     "second stage, ridge": _second_stage(_ridge),
     "second stage, gradient-boosted": _second_stage(_gbm),
     "bagged over the zoo's families": _bagged(),
