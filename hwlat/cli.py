@@ -24,7 +24,9 @@ class _Group(click.Group):
             click.echo(f"error: {exc}", err=True)
             ctx.exit(1)
         except KeyboardInterrupt:
-            click.echo("interrupted; everything measured so far is saved", err=True)
+            saved = (ctx.obj or {}).get("writes")
+            click.echo("interrupted; " + ("everything measured so far is saved" if saved
+                                          else "nothing was stored"), err=True)
             ctx.exit(130)
 
 

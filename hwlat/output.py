@@ -10,12 +10,30 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 REDRAW_S = 0.25  # progress bars redraw at most this often
 
-stdout = Console()
-stderr = Console(stderr=True)
+
+def _console(stream, **kwargs) -> Console:
+    """A terminal gets its own width; a pipe or a log file gets 160 columns (rich's 80 would cut
+    model specs in tables short) unless COLUMNS says otherwise."""
+    import os
+
+    wide = not stream.isatty() and not os.environ.get("COLUMNS")
+    return Console(width=160 if wide else None, **kwargs)
+
+
+stdout = _console(sys.stdout)
+stderr = _console(sys.stderr, stderr=True)
+__all__ = ["dim", "emit_json", "escape", "stderr", "stdout"]
+
+
+def dim(text: str, console: Console | None = None) -> None:
+    """A grey line of plain text (stderr unless `console`): brackets in it (shapes, specs,
+    dtypes such as [float16:1x3x64x64]) are printed, not read as rich markup."""
+    (console or stderr).print(text, style="dim", markup=False)
 
 
 def _clean(value):

@@ -826,15 +826,16 @@ class KernelDB:
     # ---------------------------------------------------------------------------------- misc
 
     def state_token(self, device_id: str) -> str:
-        """Changes whenever the device's configs, measurements, model measurements or peaks
-        change (the predictor's memory floor reads the peaks)."""
+        """Changes whenever the device's configs, measurements, end-to-end model measurements
+        (the correction's fit) or peaks change (the predictor's memory floor reads the peaks).
+        `hwlat bench` timings are not in it: nothing trained reads them."""
         row = self._query(
             "SELECT (SELECT COUNT(*) || '.' || COALESCE(MAX(id), 0) || '.' ||"
             "        COALESCE(SUM(priority), 0) FROM op_configs WHERE device_id = :d),"
             " (SELECT COUNT(*) || '.' || COALESCE(MAX(m.id), 0) FROM measurements m"
             "        JOIN op_configs c ON c.id = m.config_id WHERE c.device_id = :d),"
             " (SELECT COUNT(*) || '.' || COALESCE(MAX(id), 0) FROM model_measurements"
-            "        WHERE device_id = :d),"
+            "        WHERE device_id = :d AND kind = 'e2e'),"
             " (SELECT COALESCE(peaks_json, '') FROM devices WHERE id = :d)", {"d": device_id})[0]
         peaks = hashlib.sha256((row[3] or "").encode()).hexdigest()[:8]
         return f"{device_id}:{row[0]}:{row[1]}:{row[2]}:{peaks}:{POOLING}"

@@ -556,7 +556,10 @@ def _raise_if_unmodelled(records: Sequence[OpRecord], est: list[OpEstimate]) -> 
                       if e.source == "fallback"})
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        # what would help: a longer profile only for a family short of measured configs
+        fix = ("profile longer (`hwlat profile`) or " if any("measured configs" in m for m in missing)
+               else "")
         raise UnmodelledOpError(
-            f"{len(missing)} op kind(s) have no measurement or model: {shown}; profile them "
-            "(`hwlat profile`) or drop --strict to use the stated roofline fallback")
+            f"{len(missing)} op kind(s) have no measurement or model: {shown}; {fix}drop --strict "
+            "to use the stated roofline fallback")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -145,3 +146,41 @@ def test_missing_database_says_what_to_do(tmp_path):
         assert result.exit_code == 1 and "hwlat profile" in result.output
         assert result.output.count("\n") == 1
     assert not (tmp_path / "new.db").exists()
+
+
+def _copy(db, tmp_path):
+    import sqlite3
+
+    copy = tmp_path / "copy.db"
+    with sqlite3.connect(db) as src, sqlite3.connect(copy) as dst:
+        src.backup(dst)
+    return copy
+
+
+def test_bench_timings_neither_become_the_default_device_nor_retrain(profiled, tmp_path):
+    from kernels_db.store import KernelDB
+    from profilers.fingerprint import fingerprint
+
+    db = _copy(profiled[0], tmp_path)
+    box = json.loads(run("devices", "--json", db=db).stdout)[0]["id"]
+    assert run("predict", "torchvision:squeezenet1_1", db=db).exit_code == 0  # models cached
+    bench = fingerprint("cpu", 2)  # what `hwlat bench` without --threads stores on 2 cores
+    with KernelDB(db) as kdb:
+        kdb.upsert_device(bench.to_json(), device_id=bench.device_id, kind="cpu", threads=2)
+        for device in (bench.device_id, box):
+            kdb.add_model_measurement(device, "torchvision:squeezenet1_1", "squeezenet",
+                                      {"kind": "bench", "threads": 2}, [0.01, 0.011])
+    for device in ((), ("--device", "cpu")):
+        result = run("predict", "torchvision:squeezenet1_1", *device, db=db)
+        assert result.exit_code == 0, result.output
+        assert box in result.stdout and "training" not in result.stderr
+    listed = run("devices", db=db).stdout
+    assert "never" in listed  # the bench-only device
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d", listed)  # box's, not a unix time
+
+
+def test_brackets_in_specs_are_printed_not_read_as_markup(profiled):
+    db, _ = profiled
+    result = run("predict", "torchvision:squeezenet1_1", "--input", "float16:1x3x64x64", db=db)
+    assert result.exit_code == 0, result.output
+    assert "torchvision:squeezenet1_1 [float16:1x3x64x64] on" in result.stdout

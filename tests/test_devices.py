@@ -12,9 +12,16 @@ from profilers.errors import DeviceError
 from profilers.fingerprint import DeviceFingerprint, fingerprint
 
 
-def add(db: KernelDB, fp: DeviceFingerprint, name: str | None = None) -> None:
+def add(db: KernelDB, fp: DeviceFingerprint, name: str | None = None, *,
+        profiled: bool = True) -> None:
+    """A device; `profiled`: with one timed op config, as `hwlat profile` leaves it."""
     db.upsert_device(fp.to_json(), device_id=fp.device_id, kind=fp.kind, threads=fp.threads,
                      name=name)
+    if profiled:
+        db.add_configs(fp.device_id, [("k", "aten.relu.default", "eltwise", "float32", "random",
+                                       {"op": "aten.relu.default"})])
+        db.add_measurement(db.config_ids(fp.device_id)["k"], None, [1e-5], flushed=True,
+                           threads=fp.threads, noisy=False)
 
 
 @pytest.fixture
@@ -44,6 +51,21 @@ def test_defaults_to_this_machine_then_to_the_only_device(tmp_path, here):
         assert choose_device(db, None, threads=1).id == here.device_id  # this machine wins
 
 
+def test_a_device_with_only_whole_model_timings_is_never_the_default(tmp_path, here):
+    with KernelDB(tmp_path / "k.db") as db:
+        add(db, replace(here, threads=2), profiled=False)  # what `hwlat bench` leaves
+        with pytest.raises(DeviceError, match="no device is profiled.*whole-model timings"):
+            choose_device(db, None, threads=2)
+        add(db, here)  # this machine profiled at 1 thread: the default when --threads is not given
+        assert choose_device(db, None).id == here.device_id
+        assert choose_device(db, None, threads=1).id == here.device_id
+        add(db, other(here), "remote")
+        assert choose_device(db, None).id == here.device_id  # this machine's profile still wins
+        with pytest.raises(DeviceError, match="several devices") as info:
+            choose_device(db, None, threads=2)  # no profile at 2 threads, and two to choose from
+        assert replace(here, threads=2).device_id not in str(info.value)
+
+
 def test_several_foreign_devices_need_a_choice(tmp_path, here):
     with KernelDB(tmp_path / "k.db") as db:
         add(db, other(here), "a")
@@ -61,3 +83,15 @@ def test_measuring_needs_the_device_itself(tmp_path, here):
         require_this_machine(db.get_device(here.device_id))
         with pytest.raises(DeviceError, match="not this machine"):
             require_this_machine(db.get_device("remote"))
+
+
+def test_device_kind_picks_this_machines_profile_of_that_kind(tmp_path, here):
+    with KernelDB(tmp_path / "k.db") as db:
+        add(db, here)
+        add(db, other(here), "remote")
+        assert choose_device(db, "cpu", threads=1).id == here.device_id  # as `hwlat profile`
+        assert choose_device(db, "CPU").id == here.device_id
+        with pytest.raises(DeviceError, match="no CUDA device is profiled"):
+            choose_device(db, "cuda:0")  # with or without a GPU on the machine running the test
+        with pytest.raises(DeviceError, match="unknown device 'tpu'"):
+            choose_device(db, "tpu")

@@ -275,6 +275,8 @@ def test_state_token_changes_on_writes(tmp_path):
         tokens.append(db.state_token(DEVICE))
         db.add_model_measurement(DEVICE, "hf:bert", "transformer", {}, [0.5])
         tokens.append(db.state_token(DEVICE))
+        db.add_model_measurement(DEVICE, "hf:bert", "transformer", {"kind": "bench"}, [0.5])
+        assert db.state_token(DEVICE) == tokens[-1]  # a `hwlat bench` timing retrains nothing
         db.set_peaks(DEVICE, {"gbps": 10.0, "stream_gbps": 8.0})  # the memory floor reads them
         tokens.append(db.state_token(DEVICE))
         assert len(set(tokens)) == 5

@@ -6,7 +6,7 @@ import click
 from rich.table import Table
 
 from hwlat.commands.common import json_option, open_db
-from hwlat.output import emit_json, stderr, stdout
+from hwlat.output import dim, emit_json, escape, stdout
 from predictor.devices import choose_device
 
 _LEVEL = ("none", "low", "medium", "high")
@@ -18,8 +18,8 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 @click.command()
 @click.argument("model")
-@click.option("--device", help="Profiled device id or name (default: this machine, else the only "
-              "one; `hwlat devices` lists them).")
+@click.option("--device", help="Profiled device id or name, or cpu|cuda[:N] for this machine's "
+              "(default: this machine, else the only profiled device; `hwlat devices` lists them).")
 @click.option("--p95", type=click.FloatRange(min=0, min_open=True),
               help="Latency budget: p95 in ms.")
 @click.option("--p99", type=click.FloatRange(min=0, min_open=True),
@@ -69,7 +69,7 @@ def advise(ctx, model, device, p95, p99, inputs, batch, dtype, rate, workers, ma
         batch=batch, dtype=dtype, rate=rate, workers=workers, max_batch=max_batch,
         max_wait_ms=max_wait_ms, accuracy_floor=accuracy_floor, eval_spec=eval_spec,
         levers=tuple(levers) or None, seed=seed)
-    progress = None if as_json else (lambda text: stderr.print(f"[dim]{text}[/]"))
+    progress = None if as_json else dim
     with open_db(ctx, readonly=True) as db:
         request.device = choose_device(db, device).id
         advice = run_advice(db, request, progress)
@@ -84,11 +84,11 @@ def advise(ctx, model, device, p95, p99, inputs, batch, dtype, rate, workers, ma
 def _print(advice) -> None:
     req, pct = advice.request, advice.request.percentile
     base, d = advice.baseline, advice.diagnosis
-    stdout.print(f"[bold]{req.spec}[/] on {advice.device_id}: predicted p50 "
+    stdout.print(f"[bold]{escape(req.spec)}[/] on {escape(advice.device_id)}: predicted p50 "
                  f"{base.p50_ms:.1f} ms, {pct} {base.target_ms:.1f} ms "
                  f"[{base.interval_ms[0]:.1f}, {base.interval_ms[1]:.1f}]; budget {pct} "
                  f"{req.budget_ms:g} ms" + (" (met)" if base.meets_budget else ""))
-    stdout.print(f"[bold]bottleneck: {d.bottleneck}[/] - {d.why}")
+    stdout.print(f"[bold]bottleneck: {escape(d.bottleneck)}[/] - {escape(d.why)}")
     verified = any(r.measured_ms for r in advice.results)
     table = Table(title=f"try first (ms; {pct} with its predicted interval)")
     table.add_column("#", justify="right")
@@ -115,20 +115,20 @@ def _print(advice) -> None:
         table.add_row(*row)
     stdout.print(table)
     for i, r in enumerate(advice.results[:5], start=1):
-        stdout.print(f"{i}. {r.label}: {r.why}; risk: {r.risk}; effort: {r.effort}"
-                     + "".join(f"; {n}" for n in r.notes))
+        stdout.print(escape(f"{i}. {r.label}: {r.why}; risk: {r.risk}; effort: {r.effort}"
+                            + "".join(f"; {n}" for n in r.notes)))
     fastest = advice.fastest
     stdout.print("fastest meeting the budget: " + (fastest.label if fastest else "none"))
     stdout.print("Pareto set (latency vs accuracy risk): "
                  + ", ".join(r.label for r in advice.pareto))
     for name, why in advice.not_applicable.items():
-        stdout.print(f"[dim]not applicable: {name}: {why}[/]")
+        dim(f"not applicable: {name}: {why}", stdout)
     for r in advice.results:
         if r.rejected:
-            stdout.print(f"[red]rejected[/] {r.label}: {r.rejected}")
+            stdout.print(f"[red]rejected[/] {escape(f'{r.label}: {r.rejected}')}")
     if advice.verification:
         rho = advice.verification["spearman_speedup"]
         stdout.print(f"verified {len(advice.verification['verified'])} levers; Spearman of "
                      f"predicted vs measured speedup: {_fmt(rho, 2)}")
     for note in advice.notes:
-        stdout.print(f"[dim]{note}[/]")
+        dim(note, stdout)

@@ -8,8 +8,10 @@ from kernels_db.store import KernelDB
 
 
 def open_db(ctx: click.Context, *, readonly: bool = False) -> KernelDB:
-    path = (ctx.find_root().obj or {}).get("db_path")
-    return KernelDB.open(path, readonly=readonly)
+    obj = ctx.find_root().obj or {}
+    if not readonly:
+        obj["writes"] = True  # an interruption now keeps what was measured (hwlat.cli says so)
+    return KernelDB.open(obj.get("db_path"), readonly=readonly)
 
 
 json_option = click.option("--json", "as_json", is_flag=True,

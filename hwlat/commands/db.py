@@ -29,8 +29,16 @@ def devices(ctx, as_json):
                   "last profiled")
     for r in rows:
         table.add_row(r.id, r.name or "", str(r.threads), str(r.n_configs), str(r.n_measured),
-                      str(r.n_samples), str(r.n_models), str(r.last_profiled or "never"))
+                      str(r.n_samples), str(r.n_models), _when(r.last_profiled))
     stdout.print(table)
+
+
+def _when(timestamp: float | None) -> str:
+    """A measurement time in local time, to the minute; "never" for a device with no profile
+    (only `hwlat bench` timings)."""
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp)) if timestamp else "never"
 
 
 @click.group()

@@ -6,7 +6,7 @@ import click
 from rich.table import Table
 
 from hwlat.commands.common import json_option, open_db, parse_inputs, write_plot
-from hwlat.output import emit_json, stderr, stdout
+from hwlat.output import dim, emit_json, stderr, stdout
 from predictor.devices import choose_device, require_this_machine
 from predictor.evaluate import (
     ANCHORS,
@@ -58,7 +58,7 @@ def evaluate_cmd(ctx, models, device, threads, holdout_families, batches, inputs
     batches = batches or (1,)
     parse_inputs(inputs)  # a malformed --input is bad usage, before anything is measured
     cases = _cases(models, inputs, batches, dtypes, holdout_families)
-    progress = None if as_json else (lambda text: stderr.print(f"[dim]{text}[/]"))
+    progress = None if as_json else dim
     with open_db(ctx, readonly=True) as db:
         row = choose_device(db, device, threads=threads)
         require_this_machine(row)
@@ -149,4 +149,4 @@ def show(report: EvalReport) -> None:
                      "itself; 're-measurement' scores each round's median against the model's other "
                      "rounds (models x rounds pairs): errors near it are within that noise")
     for note in report.notes:
-        stdout.print(f"[dim]{note}[/]")
+        dim(note, stdout)

@@ -6,7 +6,7 @@ import click
 from rich.table import Table
 
 from hwlat.commands.common import input_options, json_option, open_db, parse_inputs
-from hwlat.output import emit_json, stderr, stdout
+from hwlat.output import dim, emit_json, escape, stdout
 from predictor.devices import choose_device
 from predictor.e2e import Prediction, Predictor
 from profilers.errors import HwlatError
@@ -14,7 +14,8 @@ from profilers.errors import HwlatError
 
 @click.command()
 @click.argument("models", nargs=-1, required=True)
-@click.option("--device", help="Device id or alias (default: this machine, else the only one).")
+@click.option("--device", help="Device id or alias, or cpu|cuda[:N] for this machine's "
+                                "(default: this machine, else the only profiled device).")
 @input_options
 @click.option("--threads", type=click.IntRange(min=1),
               help="Predict at this thread count (needs a profile at that count).")
@@ -32,7 +33,7 @@ def predict(ctx, models, device, inputs, batch, dtype, threads, channels_last, s
     with open_db(ctx, readonly=True) as db:
         row = choose_device(db, device, threads=threads)
         predictor = Predictor.for_device(db, row.id, retrain=retrain,
-                                         progress=None if as_json else _note)
+                                         progress=None if as_json else dim)
     specs = parse_inputs(inputs)
 
     def one(model: str) -> Prediction:
@@ -65,13 +66,10 @@ def predict(ctx, models, device, inputs, batch, dtype, threads, channels_last, s
         ctx.exit(1)
 
 
-def _note(text: str) -> None:
-    stderr.print(f"[dim]{text}[/]")
-
-
 def _show_one(p: Prediction) -> None:
     lo, hi = p.interval_ms
-    stdout.print(f"[bold]{p.spec}[/] [{', '.join(p.inputs)}] on {p.device}")
+    stdout.print(f"[bold]{escape(p.spec)}[/] {escape('[' + ', '.join(p.inputs) + ']')} on "
+                 f"{escape(p.device)}")
     stdout.print(f"predicted p50 [bold]{p.p50_ms:.2f} ms[/] (80% interval {lo:.2f}-{hi:.2f} ms), "
                  f"{p.flops / 1e9:.2f} GFLOPs, {p.n_ops} ops ({p.n_timed_ops} timed), "
                  f"{p.measured_share:.0%} of the time from exactly profiled configs")
@@ -81,24 +79,28 @@ def _show_one(p: Prediction) -> None:
     stdout.print(fam)
     top = Table("op", "module", "shapes", "ms", "source", title="ten most expensive ops")
     for op in p.top_ops:
-        top.add_row(op["op"], op.get("module", ""), op.get("shapes", ""), f"{op['ms']:.3f}",
-                    op.get("source", ""))
+        top.add_row(*(escape(op.get(k, "")) for k in ("op", "module", "shapes")),
+                    f"{op['ms']:.3f}", escape(op.get("source", "")))
     stdout.print(top)
     if p.unmodelled:
-        stdout.print("[yellow]unmodelled ops (roofline fallback, not 0):[/] " + ", ".join(
-            f"{u['op']} x{u['count']} {u['estimated_ms']:.3f} ms ({u['share']:.1%})" for u in p.unmodelled))
+        stdout.print("[yellow]unmodelled ops (roofline fallback, not 0):[/] " + escape(", ".join(
+            f"{u['op']} x{u['count']} {u['estimated_ms']:.3f} ms ({u['share']:.1%})" for u in p.unmodelled)))
+    if any(ms < 0 for ms in p.per_family.values()):
+        dim("a negative row is a correction term fitted on this device's model timings ("
+            "op_overhead below 0: ops run warmer inside a model than timed alone)", stdout)
     for note in p.notes:
-        stdout.print(f"[dim]{note}[/]")
+        dim(note, stdout)
 
 
 def _show_many(results: list[tuple[str, Prediction | HwlatError]]) -> None:
     table = Table("model", "inputs", "p50 ms", "interval ms", "GFLOPs", "ops", "unmodelled")
+    table.columns[0].overflow = "fold"  # a narrow terminal wraps a spec rather than cut it
     for model, p in results:
         if isinstance(p, HwlatError):
-            table.add_row(model, "", "failed", "", "", "", "")
+            table.add_row(escape(model), "", "failed", "", "", "", "")
             continue
         lo, hi = p.interval_ms
-        table.add_row(p.spec, ",".join(p.inputs), f"{p.p50_ms:.2f}", f"{lo:.2f}-{hi:.2f}",
-                      f"{p.flops / 1e9:.2f}", str(p.n_ops),
+        table.add_row(escape(p.spec), escape(",".join(p.inputs)), f"{p.p50_ms:.2f}",
+                      f"{lo:.2f}-{hi:.2f}", f"{p.flops / 1e9:.2f}", str(p.n_ops),
                       f"{sum(u['share'] for u in p.unmodelled):.1%}" if p.unmodelled else "-")
     stdout.print(table)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from hwlat.commands.common import duration, json_option, open_db
-from hwlat.output import budget_progress, emit_json, stderr
+from hwlat.output import budget_progress, emit_json, escape, stderr
 from kernels_db.build import SLOW_SPELL, ProfileSettings, check_settings, profile_device
 from profilers.pace import SLOW_PACE
 
@@ -61,11 +61,11 @@ def profile(ctx, device, threads, budget, name, dtypes, models, added, batches, 
         f"model timings in {report.elapsed_s:.0f} s; training-zoo configs "
         f"covered {report.zoo_measured}/{report.zoo_configs}; median IQR/median {noise}.")
     if line := contended_line(report):
-        stderr.print(f"[yellow]warning:[/] {line}")
+        stderr.print(f"[yellow]warning:[/] {escape(line)}")
     if line := slow_spell_line(report):
-        stderr.print(f"[yellow]warning:[/] {line}")
+        stderr.print(f"[yellow]warning:[/] {escape(line)}")
     if line := untimed_line(report):
-        stderr.print(line)
+        stderr.print(line, markup=False)
 
 
 def slow_spell_line(report) -> str | None:

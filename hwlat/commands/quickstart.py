@@ -7,7 +7,7 @@ import click
 from hwlat.commands.common import duration, json_option, open_db
 from hwlat.commands.evaluate import show
 from hwlat.commands.profile import contended_line, slow_spell_line, untimed_line
-from hwlat.output import budget_progress, emit_json, stderr
+from hwlat.output import budget_progress, dim, emit_json, escape, stderr
 from kernels_db.build import ProfileSettings, profile_device
 from predictor.evaluate import EvalCase, evaluate
 
@@ -40,11 +40,11 @@ def quickstart(ctx, budget, threads, runs, as_json):
                          f"now; predicting and measuring {len(QUICK_CHECK)} unseen models")
             for line in (contended_line(report), slow_spell_line(report)):
                 if line:
-                    stderr.print(f"[yellow]warning:[/] {line}")
+                    stderr.print(f"[yellow]warning:[/] {escape(line)}")
             if line := untimed_line(report):
-                stderr.print(f"[dim]{line}[/]")
+                dim(line)
         cases = [EvalCase(spec, ("1x3x224x224",)) for spec in QUICK_CHECK]
-        progress = None if as_json else (lambda text: stderr.print(f"[dim]{text}[/]"))
+        progress = None if as_json else dim
         # a short profile's few end-to-end timings may all fall into one slow spell of a shared
         # machine (on the 2-vCPU dev VM its zoo once ran ~1.15x slow and the models it checks
         # then ran fast: 27% MAPE); re-timing the zoo around the check measures that drift, and
