@@ -292,6 +292,11 @@ class _Advisor:
                 if share >= 0.005:
                     r.notes.append(f"{share:.0%} of its predicted time is unmodelled ops "
                                    "(roofline fallback)")
+                profiled = self.predictor.profiled_dtypes
+                if v.dtype and profiled and v.dtype not in profiled:
+                    r.notes.append(f"no {v.dtype} op was profiled on this device, so its ops are "
+                                   f"extrapolated from {', '.join(sorted(profiled))} ones "
+                                   f"(`hwlat profile --dtype {v.dtype}` measures them)")
                 mine.append(r)
             if lever.best_only and mine:
                 mine = [min(mine, key=lambda r: r.target_ms)]

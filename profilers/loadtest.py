@@ -49,6 +49,7 @@ STATUSES = ("ok", "rejected", "error", "timeout", "cancelled", "not_sent")
 
 # How long after the last arrival the server may take to drain before the run is cut off.
 DEFAULT_DRAIN_S = 30.0
+OVERLOAD_SHARE = 0.9  # served under this share of the offered rate: overloaded
 
 
 def poisson_arrivals(rate: float, duration: float, seed: int = 0) -> list[float]:
@@ -252,6 +253,13 @@ class LoadResult:
         done = sum(1 for r in self.served if start <= r.completion_s <= end)
         return done / (end - start)
 
+    @property
+    def overloaded(self) -> bool:
+        """Served under 90% of the offered rate: the queue grew through the run, so total
+        latency measures how long the run was, not the service."""
+        return (math.isfinite(self.offered_rps) and math.isfinite(self.achieved_rps)
+                and self.achieved_rps < OVERLOAD_SHARE * self.offered_rps)
+
     @cached_property
     def mean_batch_size(self) -> float:
         """Mean size of the batches that served requests (each batch counted once)."""
@@ -298,6 +306,7 @@ class LoadResult:
             "window_s": list(self.window_s),
             "offered_rps": _finite_or_none(self.offered_rps),
             "achieved_rps": _finite_or_none(self.achieved_rps),
+            "overloaded": self.overloaded,
             "mean_batch_size": _finite_or_none(self.mean_batch_size),
             "max_dispatch_lag_ms": self.max_dispatch_lag_s * 1e3,
             "littles_law": {k: _finite_or_none(v) for k, v in self.littles_law.items()},
@@ -342,6 +351,11 @@ class LoadResult:
         lines = [f"{len(self.served)}/{len(self.records)} served, {self.rejected} rejected "
                  f"(queue full), mean batch {self.mean_batch_size:.2f}; Little's law "
                  f"L={law['mean_in_system']:.2f} vs X*W={law['throughput_x_mean_total']:.2f}"]
+        if self.overloaded:
+            lines.append(f"overloaded: {self.achieved_rps:.1f} of {self.offered_rps:.1f} req/s "
+                         "offered were served, so the queue grew all run and its latency is the "
+                         "run's length, not the service's; lower --rate or add --workers or "
+                         "--max-batch")
         if self.error:
             lines.append(f"stopped early: {self.error}")
         note = insufficient_note(summaries)

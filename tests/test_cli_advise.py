@@ -83,7 +83,9 @@ def test_advise_json_ranks_levers_with_predictions(env):
     levers = out["levers"]
     assert {"prune", "input_size"} <= {r["lever"] for r in levers}
     if env["bf16"]:  # the precision lever is offered only where bf16 is native
-        assert "precision" in {r["lever"] for r in levers}
+        precision = [r for r in levers if r["lever"] == "precision"]
+        # ... and says its prediction rests on float32 timings alone
+        assert any("no bfloat16 op was profiled" in n for r in precision for n in r["notes"])
     else:
         assert "no native bf16" in out["not_applicable"]["precision"]
     for r in levers:

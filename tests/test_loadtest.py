@@ -73,6 +73,15 @@ def test_littles_law_holds_over_the_window(queued_run):
     assert law["mean_in_system"] > 0
     assert law["ratio"] == pytest.approx(1.0, rel=0.15)
     assert result.achieved_rps == pytest.approx(result.offered_rps, rel=0.15)
+    assert not result.overloaded
+
+
+def test_overload_is_said():
+    # 200 req/s for 0.5 s against one worker serving 50 req/s: most of the run is queueing
+    infer, _ = sleeping_infer(base_s=0.02, per_item_s=0.0)
+    result = run_load(infer, [i / 200 for i in range(100)], workers=1, max_batch=1)
+    assert result.overloaded and result.to_json()["overloaded"] is True
+    assert "overloaded" in result.table().caption
 
 
 def test_json_and_csv(queued_run, tmp_path):

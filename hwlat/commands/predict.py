@@ -71,7 +71,7 @@ def _show_one(p: Prediction) -> None:
     stdout.print(f"[bold]{escape(p.spec)}[/] {escape('[' + ', '.join(p.inputs) + ']')} on "
                  f"{escape(p.device)}")
     stdout.print(f"predicted p50 [bold]{p.p50_ms:.2f} ms[/] (80% interval {lo:.2f}-{hi:.2f} ms), "
-                 f"{p.flops / 1e9:.2f} GFLOPs, {p.n_ops} ops ({p.n_timed_ops} timed), "
+                 f"{_gflops(p.flops)} GFLOPs, {p.n_ops} ops ({p.n_timed_ops} timed), "
                  f"{p.measured_share:.0%} of the time from exactly profiled configs")
     fam = Table("family", "ms", "share", title="by op family")
     for name, ms in sorted(p.per_family.items(), key=lambda kv: -kv[1]):
@@ -101,6 +101,12 @@ def _show_many(results: list[tuple[str, Prediction | HwlatError]]) -> None:
             continue
         lo, hi = p.interval_ms
         table.add_row(escape(p.spec), escape(",".join(p.inputs)), f"{p.p50_ms:.2f}",
-                      f"{lo:.2f}-{hi:.2f}", f"{p.flops / 1e9:.2f}", str(p.n_ops),
+                      f"{lo:.2f}-{hi:.2f}", _gflops(p.flops), str(p.n_ops),
                       f"{sum(u['share'] for u in p.unmodelled):.1%}" if p.unmodelled else "-")
     stdout.print(table)
+
+
+def _gflops(flops: float) -> str:
+    """Two decimals, or three significant digits below 0.1 (a tiny model is not "0.00")."""
+    g = flops / 1e9
+    return f"{g:.2f}" if g >= 0.1 or g == 0 else f"{g:.3g}"
