@@ -86,7 +86,8 @@ def export_device(db: KernelDB, device_id_or_name: str, path: str | os.PathLike)
             _write(f, {"type": "end", "counts": counts})
         os.replace(tmp, path)
     except OSError as e:
-        raise DatabaseError(f"cannot write export {path}: {e}") from None
+        why = e.strerror or str(e)  # the error names the temporary file; say the user's path
+        raise DatabaseError(f"cannot write export {path}: {why}") from None
     finally:
         tmp.unlink(missing_ok=True)
     return ExportSummary(path, device.id, counts["run"], counts["config"], counts["measurement"],

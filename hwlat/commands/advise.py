@@ -13,7 +13,8 @@ _LEVEL = ("none", "low", "medium", "high")
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
+    """A number, or "-" where it is unknown (None or NaN: e.g. a rank correlation of one lever)."""
+    return "-" if value is None or value != value else f"{value:.{digits}f}"
 
 
 @click.command()
@@ -128,7 +129,8 @@ def _print(advice) -> None:
             stdout.print(f"[red]rejected[/] {escape(f'{r.label}: {r.rejected}')}")
     if advice.verification:
         rho = advice.verification["spearman_speedup"]
-        stdout.print(f"verified {len(advice.verification['verified'])} levers; Spearman of "
+        n = len(advice.verification['verified'])
+        stdout.print(f"verified {n} lever{'s' if n != 1 else ''}; Spearman of "
                      f"predicted vs measured speedup: {_fmt(rho, 2)}")
     for note in advice.notes:
         dim(note, stdout)

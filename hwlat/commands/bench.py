@@ -48,8 +48,8 @@ def _positive_rate(ctx, param, value: float | None) -> float | None:
               help="cpu, cuda or cuda:N.")
 @click.option("--threads", type=click.IntRange(min=1),
               help="Torch intra-op threads (default: torch's default).")
-@click.option("--runs", default=200, show_default=True, type=click.IntRange(min=1),
-              help="Timed runs (closed loop).")
+@click.option("--runs", default=500, show_default=True, type=click.IntRange(min=1),
+              help="Timed runs (closed loop); p99 with its 95% CI needs >= 473.")
 @click.option("--warmup", default=10, show_default=True, type=click.IntRange(min=0),
               help="Untimed runs first.")
 @click.option("--rate", type=float, callback=_positive_rate,

@@ -112,14 +112,15 @@ def show(report: EvalReport) -> None:
                       f"{r.error_pct / 100:+.1%}", flops_err)
     stdout.print(table)
     summary = Table("predictor", "MAPE", "median APE", "within 5%", "within 10%", "within 20%",
-                    "Spearman", title=f"summary over {len(report.rows)} models")
+                    "Spearman", title=f"summary over {len(report.rows)} model{'s' if len(report.rows) != 1 else ''}")
     rows = list(report.summary.items())
     remeasurement = report.remeasurement()
     if remeasurement:
         rows.append(("remeasurement", remeasurement))
     for name, m in rows:
         # its pairs are rounds of one model: a rank correlation over them compares nothing
-        spearman = "-" if name == "remeasurement" else f"{m['spearman']:.3f}"
+        rho = m.get("spearman")
+        spearman = "-" if name == "remeasurement" or rho is None or rho != rho else f"{rho:.3f}"
         summary.add_row(SUMMARY_LABELS.get(name, name), f"{m['mape_pct']:.1f}%",
                         f"{m['median_ape_pct']:.1f}%",
                         f"{m['within_5pct']:.0%}", f"{m['within_10pct']:.0%}",
