@@ -20,7 +20,7 @@ import numpy as np
 from advisor.diagnose import Diagnosis, diagnose
 from advisor.levers import LEVERS, Lever, LeverContext, Variant
 from advisor.rank import LeverResult, fastest_meeting, pareto, rank
-from advisor.simulator import BatchCurve, SimResult, simulate_poisson, utilization
+from advisor.simulator import BatchCurve, SimResult, capacity_rps, simulate_poisson, utilization
 from kernels_db.store import KernelDB
 from predictor.e2e import Prediction, Predictor
 from profilers.capture import capture_or_run
@@ -240,7 +240,7 @@ class _Advisor:
 
     def result(self, lever: Lever, v: Variant, call: tuple) -> LeverResult:
         p50, lo, hi = call[:3]
-        req, extra = self.req, {}
+        req, extra, notes = self.req, {}, []
         if req.rate is None:
             r = self.spread.ratio[req.percentile]
             target, interval = p50 * r, [lo * r, hi * r]
@@ -252,20 +252,37 @@ class _Advisor:
             base_p50 = self.base.p50_ms
             factor = p50 / base_p50 if v.serving is None else 1.0
             serving = self.serving(v)
-            sim = self.sim(self.curve.scaled(factor), serving)
-            lo_sim = self.sim(self.curve.scaled(factor * lo / p50), serving)
-            hi_sim = self.sim(self.curve.scaled(factor * hi / p50), serving)
-            target = sim.total.quantile(req.q) * 1e3
-            interval = [lo_sim.total.quantile(req.q) * 1e3, hi_sim.total.quantile(req.q) * 1e3]
-            p50 = sim.total.p50 * 1e3
-            extra.update(p95_ms=sim.total.p95 * 1e3, simulated=sim.to_json())
+            curve = self.curve.scaled(factor)
+            sim = self.sim(curve, serving)
+            target, p50, p95 = (self.steady_ms(curve, serving, sim, q)
+                                for q in (req.q, 0.5, 0.95))
+            interval = [self.steady_ms(self.curve.scaled(factor * x / p50_call), serving, None,
+                                       req.q) for x, p50_call in ((lo, call[0]), (hi, call[0]))]
+            extra.update(p95_ms=p95, simulated=sim.to_json())
+            if math.isinf(target):
+                cap = capacity_rps(curve, serving["workers"], serving["max_batch"])
+                notes.append(f"unstable: {req.rate:g} req/s is more than "
+                             f"{serving['workers']} worker(s) at batch <= "
+                             f"{serving['max_batch']} can serve ({cap:.1f} req/s predicted), so "
+                             "the queue grows without bound and no percentile is steady")
         if lever is _BASELINE:
             self.base_target = target
         base_target = self.base_target or target
-        return LeverResult(v.lever, v.label, v.params, p50, target, interval,
-                           base_target / target if target > 0 else math.nan, req.budget_ms,
-                           lever.risk_level, lever.risk, lever.effort_level, lever.effort,
-                           notes=list(v.notes), extra=extra, variant=v)
+        if math.isinf(base_target) and math.isinf(target):
+            speedup = 1.0  # both unbounded: no change to show
+        else:
+            speedup = base_target / target if target > 0 else math.nan
+        return LeverResult(v.lever, v.label, v.params, p50, target, interval, speedup,
+                           req.budget_ms, lever.risk_level, lever.risk, lever.effort_level,
+                           lever.effort, notes=[*v.notes, *notes], extra=extra, variant=v)
+
+    def steady_ms(self, curve: BatchCurve, serving: dict, sim: SimResult | None,
+                  q: float) -> float:
+        """The simulated q-quantile of total latency (ms), or inf where the rate is beyond what
+        the serving setup can serve: a growing queue's percentile is the run's length."""
+        if self.req.rate >= capacity_rps(curve, serving["workers"], serving["max_batch"]):
+            return math.inf
+        return (sim or self.sim(curve, serving)).total.quantile(q) * 1e3
 
     def levers(self, baseline: LeverResult) -> tuple[list[LeverResult], dict[str, str]]:
         results, skipped = [], {}

@@ -229,6 +229,12 @@ def simulate_poisson(curve: BatchCurve, rate: float, *, duration_s: float | None
     return simulate(curve, poisson_arrivals(rate, duration, seed), seed=seed, **serving)
 
 
+def capacity_rps(curve: BatchCurve, workers: int = 1, max_batch: int = 1) -> float:
+    """The most requests a second the workers can serve, with every batch full at its best size:
+    at a rate this high or higher the queue grows without bound (no steady-state percentile)."""
+    return workers * max(b / curve.median_s(b) for b in range(1, max_batch + 1))
+
+
 def utilization(curve: BatchCurve, rate: float, workers: int = 1) -> float:
     """Offered load at batch 1: rate x service time / workers (>= 1 means the queue grows)."""
     return rate * curve.median_s(1) / workers

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from advisor.simulator import BatchCurve, simulate, simulate_poisson, utilization
+from advisor.simulator import BatchCurve, capacity_rps, simulate, simulate_poisson, utilization
 from profilers.errors import AdvisorError
 from profilers.loadtest import poisson_arrivals, run_load
 
@@ -102,3 +102,10 @@ def test_matches_the_real_load_test_server_on_a_sleep_service():
     for q in (0.5, 0.9):
         assert sim.queue.quantile(q) == pytest.approx(real.queue.quantile(q), rel=0.3, abs=0.002)
     assert sim.mean_batch_size == pytest.approx(real.mean_batch_size, rel=0.2)
+
+
+def test_capacity_is_the_best_full_batch_rate():
+    curve = BatchCurve({1: 0.01, 4: 0.02})  # 100 req/s one at a time, 200 in batches of 4
+    assert capacity_rps(curve) == pytest.approx(100.0)
+    assert capacity_rps(curve, workers=1, max_batch=4) == pytest.approx(200.0)
+    assert capacity_rps(curve, workers=2, max_batch=4) == pytest.approx(400.0)

@@ -118,6 +118,22 @@ def test_rate_uses_the_simulator_and_batching(env):
     assert best["predicted_ms"]["p99"] < out["baseline"]["predicted_ms"]["p99"]
 
 
+def test_a_rate_beyond_capacity_has_no_finite_percentile(env):
+    base = run_json(env, "--p95", "1000", "--lever", "prune")["baseline"]["predicted_ms"]["p50"]
+    rate = 1.1 / (base / 1e3)  # 110% busy at batch 1: the queue only grows
+    out = run_json(env, "--p95", "1000", "--rate", f"{rate:.1f}", "--lever", "dynamic_batching",
+                   "--lever", "prune")
+    baseline = out["baseline"]
+    assert baseline["predicted_ms"]["p95"] is None and not baseline["meets_budget"]
+    assert any(n.startswith("unstable:") for n in baseline["notes"])
+    batching = [r for r in out["levers"] if r["lever"] == "dynamic_batching"]
+    # batches of 4 serve more than 1.1x the batch-1 rate here: a steady, finite percentile
+    assert batching and batching[0]["predicted_ms"]["p95"] is not None
+    assert batching[0]["speedup"] is None or batching[0]["speedup"] > 1  # inf: from unbounded
+    text = run(env, "--p95", "1000", "--rate", f"{rate:.1f}", "--lever", "prune")
+    assert text.exit_code == 0 and "unbounded" in text.stdout
+
+
 def test_verify_measures_and_never_recommends_below_the_floor(env):
     out = run_json(env, "--p95", "1000", "--lever", "prune", "--accuracy-floor", "0.999",
                    "--verify", "1")

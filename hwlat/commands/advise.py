@@ -13,8 +13,15 @@ _LEVEL = ("none", "low", "medium", "high")
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
-    """A number, or "-" where it is unknown (None or NaN: e.g. a rank correlation of one lever)."""
-    return "-" if value is None or value != value else f"{value:.{digits}f}"
+    """A number, "-" where it is unknown (None or NaN: e.g. a rank correlation of one lever), or
+    "unbounded" (a latency under a rate beyond what the serving setup can serve)."""
+    if value is None or value != value:
+        return "-"
+    return "unbounded" if value == float("inf") else f"{value:.{digits}f}"
+
+
+def _interval(ms: list[float]) -> str:
+    return f"[{_fmt(ms[0])}, {_fmt(ms[1])}]"
 
 
 @click.command()
@@ -86,8 +93,8 @@ def _print(advice) -> None:
     req, pct = advice.request, advice.request.percentile
     base, d = advice.baseline, advice.diagnosis
     stdout.print(f"[bold]{escape(req.spec)}[/] on {escape(advice.device_id)}: predicted p50 "
-                 f"{base.p50_ms:.1f} ms, {pct} {base.target_ms:.1f} ms "
-                 f"[{base.interval_ms[0]:.1f}, {base.interval_ms[1]:.1f}]; budget {pct} "
+                 f"{_fmt(base.p50_ms)} ms, {pct} {_fmt(base.target_ms)} ms "
+                 f"{escape(_interval(base.interval_ms))}; budget {pct} "
                  f"{req.budget_ms:g} ms" + (" (met)" if base.meets_budget else ""))
     stdout.print(f"[bold]bottleneck: {escape(d.bottleneck)}[/] - {escape(d.why)}")
     verified = any(r.measured_ms for r in advice.results)
@@ -104,9 +111,10 @@ def _print(advice) -> None:
     for i, r in enumerate(advice.results, start=1):
         budget = "REJECTED" if r.rejected else {"likely": "yes", "borderline": "maybe",
                                                 "no": "no"}[r.confidence]
-        speed = f"{r.speedup:.2f}x" + (" slower" if r.slower else "")
+        speed = "queue grows" if r.target_ms == float("inf") else \
+            f"{r.speedup:.2f}x" + (" slower" if r.slower else "")
         row = [str(i), r.label, _fmt(r.p50_ms),
-               f"{r.target_ms:.1f} [{r.interval_ms[0]:.1f}, {r.interval_ms[1]:.1f}]", speed,
+               f"{_fmt(r.target_ms)} {escape(_interval(r.interval_ms))}", speed,
                budget, _LEVEL[r.risk_level], _LEVEL[r.effort_level]]
         if verified:
             m = r.measured_ms
