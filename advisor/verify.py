@@ -63,6 +63,10 @@ def load_eval(spec: str) -> Callable[[nn.Module], float]:
     return fn
 
 
+TOP1, COSINE = "top1_agreement", "cosine_similarity"
+FIDELITY_METRICS = frozenset({TOP1, COSINE})  # what `fidelity` scores: agreement, not accuracy
+
+
 def fidelity(reference: list[Any], outputs: list[Any]) -> tuple[str, float]:
     """(metric, value) comparing outputs with the reference ones, sample by sample."""
     ref = torch.cat([_first_tensor(o).float().reshape(_first_tensor(o).shape[0], -1)
@@ -74,9 +78,9 @@ def fidelity(reference: list[Any], outputs: list[Any]) -> tuple[str, float]:
         ref, out = ref[:, :width], out[:, :width]
     classifier = _first_tensor(reference[0]).dim() == 2 and ref.shape[1] > 1
     if classifier:
-        return "top1_agreement", float((ref.argmax(1) == out.argmax(1)).float().mean())
+        return TOP1, float((ref.argmax(1) == out.argmax(1)).float().mean())
     cos = nn.functional.cosine_similarity(ref, out, dim=1)
-    return "cosine_similarity", float(cos.mean())
+    return COSINE, float(cos.mean())
 
 
 def _first_tensor(out: Any) -> torch.Tensor:

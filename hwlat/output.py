@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as escape  # re-exported: commands escape user text with it
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 REDRAW_S = 0.25  # progress bars redraw at most this often
@@ -27,7 +27,6 @@ def _console(stream, **kwargs) -> Console:
 
 stdout = _console(sys.stdout)
 stderr = _console(sys.stderr, stderr=True)
-__all__ = ["dim", "emit_json", "escape", "stderr", "stdout"]
 
 
 def dim(text: str, console: Console | None = None) -> None:

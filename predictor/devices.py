@@ -81,7 +81,7 @@ def _default(db: KernelDB, threads: int | None, kind: str, *, only_kind: bool) -
 
 def _same_hardware(row: DeviceRow, here: DeviceFingerprint) -> bool:
     """`row` is `here` at another thread count."""
-    if row.kind != here.kind or row.kind != "cpu":
+    if row.kind != "cpu" or here.kind != "cpu":
         return False
     return replace(DeviceFingerprint.from_json(row.fingerprint),
                    threads=here.threads).device_id == here.device_id

@@ -155,6 +155,12 @@ def test_human_output_has_the_table(env):
     assert "1. prune" in result.stdout
 
 
+def test_verified_fidelity_is_not_called_accuracy(env):
+    result = run(env, "--p95", "1000", "--lever", "prune", "--verify", "1")
+    assert result.exit_code == 0, result.output
+    assert "top1_agreement" in result.stdout and "not task accuracy" in result.stdout
+
+
 def test_bad_usage_and_domain_errors(env):
     assert run(env).exit_code == 2  # no budget
     assert run(env, "--p95", "5", "--p99", "6").exit_code == 2

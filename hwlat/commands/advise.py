@@ -123,6 +123,13 @@ def _print(advice) -> None:
             row.append("" if not a else f"{a['metric']} {_fmt(a.get('value'), 3)}")
         table.add_row(*row)
     stdout.print(table)
+    from advisor.verify import FIDELITY_METRICS
+
+    fidelity = {(r.accuracy or {}).get("metric") for r in advice.results} & FIDELITY_METRICS
+    if fidelity:
+        dim(f"accuracy: {' / '.join(sorted(fidelity))} with the unchanged model's outputs on "
+            "seeded sample inputs, not task accuracy (a model built without trained weights "
+            "agrees little after any change); --eval FILE.py:FN scores the real task", stdout)
     for i, r in enumerate(advice.results[:5], start=1):
         stdout.print(escape(f"{i}. {r.label}: {r.why}; risk: {r.risk}; effort: {r.effort}"
                             + "".join(f"; {n}" for n in r.notes)))
