@@ -30,6 +30,10 @@ The variants (`VARIANTS`; one entry each):
   flush (the large-op term has the rest), and of either sign: inside a model such an op finds
   its input hot from the op before, timed alone it does not (mnasnet0_5's ops summed 0.99x their
   estimates inside the model where mnasnet1_0's summed 1.25x, batch 1, 1 thread, on the Xeon);
+- small-op input reads, signed (with or without the per-op term): a sixth term, the activation
+  bytes read by the ops within the flush (their bytes less weights and outputs) at the copy
+  bandwidth, of either sign: what `benchmarks/flush_kinds.py` found per family (alone, a small
+  op reads from L3 the input it finds in L2 inside the model);
 - second stage, ridge / gradient-boosted: the five-term correction, then a model of its
   leave-one-family-out log residual from model-level features (each op family's share of the
   op sum, log op sum, time per op, traffic, weight and large-op time over the op sum, log batch),
@@ -88,6 +92,7 @@ class Setting:
     batch: int
     weights_by_share_s: float = 0.0  # the weight term, each op's part times its weight share
     weight_bound_s: float = 0.0  # the weight term of the ops whose weights are most of their bytes
+    small_input_s: float = 0.0  # activations read by the ops within the timing's flush, at copy bw
 
 
 def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> Setting:
@@ -102,7 +107,11 @@ def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> 
     weight_bytes = sum(r.weight_bytes for r, e in timed if e.family != "data")
     footprint = max(0.0, 1 - predictor._llc_bytes / weight_bytes) if weight_bytes else 0.0
     batch = captured.inputs[0].shape[0] if captured.inputs and captured.inputs[0].shape else 1
-    by_share = bound = 0.0
+    by_share = bound = small_input = 0.0
+    for r, _ in timed:
+        nbytes = ops.bytes_of(r)
+        if nbytes <= predictor._large_op_bytes:  # inside a model its input is hot from the op before
+            small_input += max(nbytes - r.weight_bytes - ops._out_bytes(r), 0.0)
     for r, e in timed:
         nbytes = ops.bytes_of(r)
         if e.family == "data" or nbytes > predictor._llc_bytes or not r.weight_bytes:
@@ -113,7 +122,7 @@ def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> 
     terms = np.array([p.sum_ops_ms / 1e3, p.n_timed_ops, p.traffic_ms / 1e3, p.weights_ms / 1e3,
                       p.large_traffic_ms / 1e3])
     return Setting(family, measured_s, terms, op_s, conv_weights_s, footprint, int(batch),
-                   by_share, bound)
+                   by_share, bound, small_input / predictor._bytes_per_s)
 
 
 # ------------------------------------------------------------------------------ variants
@@ -158,6 +167,10 @@ def _small_traffic(s: Setting) -> np.ndarray:
     t = s.terms.copy()
     t[2] -= t[4]
     return t
+
+
+def _small_input_apart(s: Setting) -> np.ndarray:
+    return np.append(s.terms, s.small_input_s)
 
 
 def _features(s: Setting) -> np.ndarray:
@@ -281,6 +294,9 @@ VARIANTS: dict[str, Callable[[list[Setting]], Callable[[Setting], float]]] = {
     "weight-bound ops apart": lambda t: _fit_linear(_weight_bound_apart, t),
     "conv sum apart": lambda t: _fit_linear(_conv_sum_apart, t),
     "small-op traffic, signed": lambda t: _fit_linear(_small_traffic, t, signed=(1, 2)),
+    "small-op input reads, signed": lambda t: _fit_linear(_small_input_apart, t, signed=(1, 5)),
+    "small-op input reads, signed, no per-op term":
+        lambda t: _fit_linear(lambda s: np.delete(_small_input_apart(s), 1), t, signed=(4,)),
     "second stage, ridge": _second_stage(_ridge),
     "second stage, gradient-boosted": _second_stage(_gbm),
     "bagged over the zoo's families": _bagged(),

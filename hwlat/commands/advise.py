@@ -131,7 +131,8 @@ def _print(advice) -> None:
             "seeded sample inputs, not task accuracy (a model built without trained weights "
             "agrees little after any change); --eval FILE.py:FN scores the real task", stdout)
     for i, r in enumerate(advice.results[:5], start=1):
-        stdout.print(escape(f"{i}. {r.label}: {r.why}; risk: {r.risk}; effort: {r.effort}"
+        stdout.print(escape(f"{i}. {r.label} (--lever {r.lever}): {r.why}; risk: {r.risk}; "
+                            f"effort: {r.effort}"
                             + "".join(f"; {n}" for n in r.notes)))
     fastest = advice.fastest
     stdout.print("fastest meeting the budget: " + (fastest.label if fastest else "none"))
