@@ -115,6 +115,10 @@ def test_unknown_model_is_a_domain_error(profiled):
     db, _ = profiled
     result = run("predict", "torchvision:resnet19", db=db)
     assert result.exit_code == 1 and "resnet18" in result.output
+    scripted = run("predict", "torchvision:resnet19", "--json", db=db)
+    assert scripted.exit_code == 1 and scripted.stderr.startswith("error: ")
+    assert json.loads(scripted.stdout) == {"spec": "torchvision:resnet19",
+                                           "error": scripted.stderr[len("error: "):].strip()}
 
 
 def test_export_import_round_trip(profiled, tmp_path):

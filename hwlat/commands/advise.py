@@ -26,7 +26,7 @@ def _interval(ms: list[float]) -> str:
 
 @click.command()
 @click.argument("model")
-@click.option("--device", help="Profiled device id or name, or cpu|cuda[:N] for this machine's "
+@click.option("--device", metavar="DEVICE", help="Profiled device id or name, or cpu|cuda[:N] for this machine's "
               "(default: this machine, else the only profiled device; `hwlat devices` lists them).")
 @click.option("--p95", type=click.FloatRange(min=0, min_open=True),
               help="Latency budget: p95 in ms.")

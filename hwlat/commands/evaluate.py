@@ -21,7 +21,7 @@ from predictor.evaluate import (
 
 @click.command("evaluate")
 @click.argument("models", nargs=-1)
-@click.option("--device", help="Device id or alias (must be this machine).")
+@click.option("--device", metavar="DEVICE", help="Device id or alias (must be this machine).")
 @click.option("--threads", type=click.IntRange(min=1), help="Evaluate the profile at this count.")
 @click.option("--holdout-families", is_flag=True,
               help="Without MODELS: only held-out models of families absent from training.")

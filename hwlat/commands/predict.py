@@ -14,7 +14,7 @@ from profilers.errors import HwlatError
 
 @click.command()
 @click.argument("models", nargs=-1, required=True)
-@click.option("--device", help="Device id or alias, or cpu|cuda[:N] for this machine's "
+@click.option("--device", metavar="DEVICE", help="Device id or alias, or cpu|cuda[:N] for this machine's "
                                 "(default: this machine, else the only profiled device).")
 @input_options
 @click.option("--threads", type=click.IntRange(min=1),
@@ -41,7 +41,12 @@ def predict(ctx, models, device, inputs, batch, dtype, threads, channels_last, s
                                       strict=strict, channels_last=channels_last)
 
     if len(models) == 1:  # its error is the command's: one line, exit 1 (hwlat.cli)
-        prediction = one(models[0])
+        try:
+            prediction = one(models[0])
+        except HwlatError as exc:
+            if as_json:  # a script still reads JSON: the same object as with several models
+                emit_json({"spec": models[0], "error": str(exc)})
+            raise
         if as_json:
             emit_json(prediction.to_json())
         else:
