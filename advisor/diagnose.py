@@ -62,7 +62,7 @@ def diagnose(prediction: Prediction, records: Sequence[OpRecord], peaks: dict | 
     """The dominant bottleneck of a predicted model, and why, from the signals above.
 
     `queue`, with a rate: {"utilization", "queue_ms", "compute_ms", "percentile"} from the
-    simulator.
+    simulator, and optionally "rate" and "capacity_rps" (beyond it: no steady queue at all).
     """
     peaks = peaks_or_nominal(peaks)
     roof_s = bound_compute_s = flops = moved = 0.0
@@ -111,6 +111,10 @@ def _top_family(d: Diagnosis) -> str:
 
 def _verdict(d: Diagnosis) -> tuple[str, str]:
     q = d.queue
+    if q and q.get("capacity_rps") is not None and q["rate"] >= q["capacity_rps"]:
+        return "queueing", (
+            f"{q['rate']:g} req/s is more than the deployment can serve "
+            f"({q['capacity_rps']:.1f} req/s predicted): the queue grows without bound")
     if q and (q["utilization"] >= QUEUE_UTILIZATION or q["queue_ms"] > q["compute_ms"]):
         return "queueing", (
             f"at this rate the worker is {q['utilization']:.0%} busy and simulated queue "

@@ -213,8 +213,11 @@ class _Advisor:
     def queue_signal(self) -> dict | None:
         if self.base_sim is None:
             return None
-        q = self.req.q
+        q, serving = self.req.q, self.serving()
         return {"utilization": utilization(self.curve, self.req.rate, self.req.workers),
+                "capacity_rps": capacity_rps(self.curve, serving["workers"],
+                                             serving["max_batch"]),
+                "rate": self.req.rate,
                 "queue_ms": self.base_sim.queue.quantile(q) * 1e3,
                 "compute_ms": self.base_sim.compute.quantile(q) * 1e3,
                 "percentile": self.req.percentile}
@@ -331,6 +334,10 @@ def _nbytes(spec) -> float:
 
 
 def _why(r: LeverResult, d: Diagnosis) -> str:
+    if math.isinf(r.target_ms):
+        return "the queue grows without bound at this rate (see its note)"
+    if math.isinf(r.speedup):
+        return "serves this rate, which the deployment as it is cannot"
     if r.slower:
         return f"predicted {1 / r.speedup:.2f}x slower on this device"
     fits = d.bottleneck if r.lever in d.first_fix else None

@@ -25,7 +25,7 @@ class _Group(click.Group):
             ctx.exit(1)
         except KeyboardInterrupt:
             saved = (ctx.obj or {}).get("writes")
-            click.echo("interrupted; " + ("everything measured so far is saved" if saved
+            click.echo("interrupted; " + ("what was already stored is kept" if saved
                                           else "nothing was stored"), err=True)
             ctx.exit(130)
 

@@ -22,7 +22,7 @@ def _console(stream, **kwargs) -> Console:
     import os
 
     wide = not stream.isatty() and not os.environ.get("COLUMNS")
-    return Console(width=160 if wide else None, **kwargs)
+    return Console(width=160 if wide else None, emoji=False, **kwargs)  # "x:100:y" stays text
 
 
 stdout = _console(sys.stdout)

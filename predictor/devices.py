@@ -34,57 +34,83 @@ def this_machine_id(kind: str = "cpu", threads: int | None = None) -> str:
 
 def choose_device(db: KernelDB, device: str | None, *, threads: int | None = None,
                   kind: str = "cpu") -> DeviceRow:
-    """`--device` if given (an id or alias; or `cpu`, `cuda`, `cuda:N` as `hwlat profile` takes
-    them: this machine's device of that kind); else this machine if profiled (at `threads`, else
-    at the one thread count it was profiled at); else the only profiled device in the db.
-    A device that has only whole-model timings (`hwlat bench` stores those) is not a profile and
-    is never the default."""
+    """`--device` if given: an id, a unique id prefix or an alias; or `cpu`, `cuda`, `cuda:N` as
+    `hwlat profile` takes them, for this machine's profile of that kind. Else this machine's
+    profile (at `threads`; without it at torch's default count, else at the one count it was
+    profiled at); else the only profiled device in the db. A device that has only whole-model
+    timings (`hwlat bench` stores those) is not a profile and is never the default."""
+    if device and _is_kind(device) and not _exact(db, device):
+        return _this_machine(db, device, threads)
     if device:
-        try:
-            row = db.get_device(device)
-        except DeviceError as unknown:
-            try:
-                parse_device(device)
-            except DeviceError:
-                raise unknown from None
-            return _default(db, threads, device, only_kind=True)
+        row = db.get_device(device)
         return with_threads(db, row, threads) if threads else row
-    return _default(db, threads, kind, only_kind=False)
-
-
-def _default(db: KernelDB, threads: int | None, kind: str, *, only_kind: bool) -> DeviceRow:
     rows = db.list_devices()
-    profiled = [r for r in rows if r.n_measured
-                and (not only_kind or r.kind == parse_device(kind)[0])]
-    try:
-        here = fingerprint(kind, threads)
-    except DeviceError:  # e.g. `--device cuda` on a machine without one: a GPU profiled elsewhere
-        here = None
-    if here and any(r.id == here.device_id for r in profiled):
-        return db.get_device(here.device_id)
-    if here and threads is None:  # this machine profiled at one other thread count: that one
-        siblings = [r for r in profiled if _same_hardware(db.get_device(r.id), here)]
-        if len(siblings) == 1:
-            return db.get_device(siblings[0].id)
+    profiled = [r for r in rows if r.n_measured]
+    mine = _profiles_of_this_machine(db, profiled, kind, threads)
+    if mine:
+        return mine
     if len(profiled) == 1:
         row = db.get_device(profiled[0].id)
         return with_threads(db, row, threads) if threads else row
-    what = f"{parse_device(kind)[0].upper()} device" if only_kind else "device"
     if not profiled:
         unprofiled = f" ({_known(db)} only {'has' if len(rows) == 1 else 'have'} whole-model " \
-                     f"timings)" if rows and not only_kind else ""
-        raise DeviceError(f"no {what} is profiled in this database{unprofiled}; run `hwlat "
+                     f"timings)" if rows else ""
+        raise DeviceError(f"no device is profiled in this database{unprofiled}; run `hwlat "
                           f"profile` on the target machine (or `hwlat db import FILE`)")
-    raise DeviceError(f"several {what}s are profiled and this machine is not one of them; pass "
+    raise DeviceError(f"several devices are profiled and this machine is not one of them; pass "
                       f"--device with one of: {_known(db, profiled)}")
 
 
+def _is_kind(device: str) -> bool:
+    try:
+        parse_device(device)
+    except DeviceError:
+        return False
+    return True
+
+
+def _exact(db: KernelDB, device: str) -> bool:
+    """A device whose id or alias is exactly `device` (a kind such as `cuda` is not a prefix)."""
+    return any(device in (r.id, r.name) for r in db.list_devices())
+
+
+def _this_machine(db: KernelDB, device: str, threads: int | None) -> DeviceRow:
+    """`--device cpu|cuda[:N]`: this machine's profile of that kind, never another machine's."""
+    profiled = [r for r in db.list_devices() if r.n_measured]
+    mine = _profiles_of_this_machine(db, profiled, device, threads)
+    if mine:
+        return mine
+    kind = parse_device(device)[0].upper()
+    at = f" at {threads} threads" if threads else ""
+    raise DeviceError(f"this machine's {kind} is not profiled{at} in this database; run `hwlat "
+                      f"profile --device {device}` here, or pass --device with one of: "
+                      f"{_known(db, profiled)}")
+
+
+def _profiles_of_this_machine(db: KernelDB, profiled: list, kind: str,
+                              threads: int | None) -> DeviceRow | None:
+    """This machine's profile at `threads`, or (without `threads`) at the default count, else
+    at the one other count it was profiled at; None where there is none."""
+    here = fingerprint(kind, threads)  # a DeviceError (one line) where this machine has no GPU
+    if any(r.id == here.device_id for r in profiled):
+        return db.get_device(here.device_id)
+    if threads is None:
+        siblings = [r for r in profiled if _same_hardware(db.get_device(r.id), here)]
+        if len(siblings) == 1:
+            return db.get_device(siblings[0].id)
+    return None
+
+
 def _same_hardware(row: DeviceRow, here: DeviceFingerprint) -> bool:
-    """`row` is `here` at another thread count."""
+    """`row` is `here` at another thread count (False for a fingerprint this version cannot
+    read, e.g. one imported without it)."""
     if row.kind != "cpu" or here.kind != "cpu":
         return False
-    return replace(DeviceFingerprint.from_json(row.fingerprint),
-                   threads=here.threads).device_id == here.device_id
+    try:
+        theirs = DeviceFingerprint.from_json(row.fingerprint)
+    except (KeyError, TypeError, ValueError):
+        return False
+    return replace(theirs, threads=here.threads).device_id == here.device_id
 
 
 def require_this_machine(row: DeviceRow) -> None:

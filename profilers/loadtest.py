@@ -49,7 +49,7 @@ STATUSES = ("ok", "rejected", "error", "timeout", "cancelled", "not_sent")
 
 # How long after the last arrival the server may take to drain before the run is cut off.
 DEFAULT_DRAIN_S = 30.0
-OVERLOAD_SHARE = 0.9  # served under this share of the offered rate: overloaded
+OVERLOAD_SHARE = 0.1  # still queued (or rejected) at the last arrival: overloaded
 
 
 def poisson_arrivals(rate: float, duration: float, seed: int = 0) -> list[float]:
@@ -253,12 +253,23 @@ class LoadResult:
         done = sum(1 for r in self.served if start <= r.completion_s <= end)
         return done / (end - start)
 
+    @cached_property
+    def backlog(self) -> int:
+        """Requests waiting in the queue (or turned away from a full one) when the last request
+        arrived: a few under a load the server keeps up with, a growing share when it cannot."""
+        end = self.window_s[1]
+        return sum(1 for r in self.records
+                   if r.status == "rejected"
+                   or (r.status != "not_sent" and r.arrival_s <= end
+                       and (r.compute_start_s is None or r.compute_start_s > end)))
+
     @property
     def overloaded(self) -> bool:
-        """Served under 90% of the offered rate: the queue grew through the run, so total
-        latency measures how long the run was, not the service."""
-        return (math.isfinite(self.offered_rps) and math.isfinite(self.achieved_rps)
-                and self.achieved_rps < OVERLOAD_SHARE * self.offered_rps)
+        """More than `OVERLOAD_SHARE` of the requests sent were still queued, or rejected, when
+        the last one arrived: the queue grew through the run, so total latency measures how long
+        the run was, not the service."""
+        sent = sum(1 for r in self.records if r.status != "not_sent")
+        return sent > 0 and self.backlog > OVERLOAD_SHARE * sent
 
     @cached_property
     def mean_batch_size(self) -> float:
@@ -307,6 +318,7 @@ class LoadResult:
             "offered_rps": _finite_or_none(self.offered_rps),
             "achieved_rps": _finite_or_none(self.achieved_rps),
             "overloaded": self.overloaded,
+            "backlog": self.backlog,
             "mean_batch_size": _finite_or_none(self.mean_batch_size),
             "max_dispatch_lag_ms": self.max_dispatch_lag_s * 1e3,
             "littles_law": {k: _finite_or_none(v) for k, v in self.littles_law.items()},
@@ -334,6 +346,7 @@ class LoadResult:
 
     def table(self) -> Any:
         """A rich Table of the latency percentiles plus a caption with rates and counts."""
+        from rich.markup import escape
         from rich.table import Table
 
         table = Table(title=f"load test: offered {self.offered_rps:.1f} req/s, "
@@ -352,12 +365,13 @@ class LoadResult:
                  f"(queue full), mean batch {self.mean_batch_size:.2f}; Little's law "
                  f"L={law['mean_in_system']:.2f} vs X*W={law['throughput_x_mean_total']:.2f}"]
         if self.overloaded:
-            lines.append(f"overloaded: {self.achieved_rps:.1f} of {self.offered_rps:.1f} req/s "
-                         "offered were served, so the queue grew all run and its latency is the "
-                         "run's length, not the service's; lower --rate or add --workers or "
-                         "--max-batch")
+            lines.append(f"overloaded: {self.backlog} of the requests sent were still queued or "
+                         f"rejected when the last arrived ({self.achieved_rps:.1f} of "
+                         f"{self.offered_rps:.1f} req/s served), so the queue grew all run and its "
+                         "latency is the run's length, not the service's; lower --rate or add "
+                         "--workers or --max-batch")
         if self.error:
-            lines.append(f"stopped early: {self.error}")
+            lines.append(f"stopped early: {escape(self.error)}")
         note = insufficient_note(summaries)
         table.caption = "\n".join([*lines, note] if note else lines)
         return table

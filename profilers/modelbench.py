@@ -106,6 +106,7 @@ class BenchResult:
 
     def table(self) -> Any:
         """A rich Table: one row per stage, p50..p99 with 95% intervals, max and noise."""
+        from rich.markup import escape
         from rich.table import Table
 
         table = Table(title=f"{self.completed_runs}/{self.runs} runs on {self.device}, "
@@ -125,7 +126,7 @@ class BenchResult:
         lines += [note] if note else []
         lines += [f"warning: {w}" for w in self.all_warnings()]
         if lines:
-            table.caption = "\n".join(lines)
+            table.caption = escape("\n".join(lines))  # an error's text is not markup
         return table
 
     def plot(self, path: str) -> None:

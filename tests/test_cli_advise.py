@@ -199,3 +199,16 @@ def test_eval_function_scores_and_rejects_below_the_floor(env, tmp_path):
 def test_accuracy_floor_without_verify_is_bad_usage(env):
     result = run(env, "--p95", "10", "--accuracy-floor", "0.9")
     assert result.exit_code == 2 and "--verify" in result.output
+
+
+def test_a_lever_past_capacity_is_explained_not_divided_by():
+    from advisor.engine import _why
+    from advisor.rank import LeverResult, rank
+
+    inf = float("inf")
+    past = LeverResult("threads", "1 thread", {}, inf, inf, [inf, inf], 0.0, 50.0, 0, "", 0, "")
+    fixes = LeverResult("dynamic_batching", "batch <= 4", {}, 9.0, 20.0, [18.0, 22.0], inf, 50.0,
+                        0, "", 1, "")
+    assert "grows without bound" in _why(past, None)  # the baseline kept up; this lever cannot
+    assert "cannot" in _why(fixes, None)  # ... and this one keeps up where the baseline did not
+    assert rank([past, fixes]) == [fixes, past]

@@ -87,11 +87,25 @@ def test_measuring_needs_the_device_itself(tmp_path, here):
 
 def test_device_kind_picks_this_machines_profile_of_that_kind(tmp_path, here):
     with KernelDB(tmp_path / "k.db") as db:
-        add(db, here)
         add(db, other(here), "remote")
+        with pytest.raises(DeviceError, match="this machine's CPU is not profiled.*remote"):
+            choose_device(db, "cpu")  # never the remote box, though it is the only profile
+        add(db, here)
         assert choose_device(db, "cpu", threads=1).id == here.device_id  # as `hwlat profile`
         assert choose_device(db, "CPU").id == here.device_id
-        with pytest.raises(DeviceError, match="no CUDA device is profiled"):
-            choose_device(db, "cuda:0")  # with or without a GPU on the machine running the test
+        with pytest.raises(DeviceError, match="(?i)gpu|cuda"):  # no GPU here, or none profiled
+            choose_device(db, "cuda:0")
         with pytest.raises(DeviceError, match="unknown device 'tpu'"):
             choose_device(db, "tpu")
+
+
+def test_a_fingerprint_this_version_cannot_read_is_not_this_machine(tmp_path, here):
+    with KernelDB(tmp_path / "k.db") as db:
+        db.upsert_device({}, device_id="cpu-imported-t4", kind="cpu", threads=4)  # as imported
+        db.add_configs("cpu-imported-t4", [("k", "aten.relu.default", "eltwise", "float32",
+                                           "random", {"op": "aten.relu.default"})])
+        db.add_measurement(db.config_ids("cpu-imported-t4")["k"], None, [1e-5], flushed=True,
+                           threads=4, noisy=False)
+        add(db, other(here), "remote")
+        with pytest.raises(DeviceError, match="several devices"):
+            choose_device(db, None)  # one line, not a KeyError from the empty fingerprint

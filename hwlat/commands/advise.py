@@ -111,9 +111,13 @@ def _print(advice) -> None:
     for i, r in enumerate(advice.results, start=1):
         budget = "REJECTED" if r.rejected else {"likely": "yes", "borderline": "maybe",
                                                 "no": "no"}[r.confidence]
-        speed = "queue grows" if r.target_ms == float("inf") else \
-            f"{r.speedup:.2f}x" + (" slower" if r.slower else "")
-        row = [str(i), r.label, _fmt(r.p50_ms),
+        if r.target_ms == float("inf"):
+            speed = "queue grows"
+        elif r.speedup == float("inf"):
+            speed = "keeps up"  # where the deployment as it is cannot
+        else:
+            speed = f"{r.speedup:.2f}x" + (" slower" if r.slower else "")
+        row = [str(i), escape(r.label), _fmt(r.p50_ms),
                f"{_fmt(r.target_ms)} {escape(_interval(r.interval_ms))}", speed,
                budget, _LEVEL[r.risk_level], _LEVEL[r.effort_level]]
         if verified:
@@ -135,9 +139,9 @@ def _print(advice) -> None:
                             f"effort: {r.effort}"
                             + "".join(f"; {n}" for n in r.notes)))
     fastest = advice.fastest
-    stdout.print("fastest meeting the budget: " + (fastest.label if fastest else "none"))
+    stdout.print("fastest meeting the budget: " + escape(fastest.label if fastest else "none"))
     stdout.print("Pareto set (latency vs accuracy risk): "
-                 + ", ".join(r.label for r in advice.pareto))
+                 + escape(", ".join(r.label for r in advice.pareto)))
     for name, why in advice.not_applicable.items():
         dim(f"not applicable: {name}: {why}", stdout)
     for r in advice.results:

@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 
 from hwlat.commands.common import json_option, open_db
-from hwlat.output import emit_json, stdout
+from hwlat.output import emit_json, escape, stdout
 from kernels_db.portable import export_device, import_file
 
 
@@ -28,7 +28,7 @@ def devices(ctx, as_json):
     table = Table("id", "name", "threads", "configs", "measured", "samples", "models",
                   "last profiled")
     for r in rows:
-        table.add_row(r.id, r.name or "", str(r.threads), str(r.n_configs), str(r.n_measured),
+        table.add_row(r.id, escape(r.name or ""), str(r.threads), str(r.n_configs), str(r.n_measured),
                       str(r.n_samples), str(r.n_models), _when(r.last_profiled))
     stdout.print(table)
 

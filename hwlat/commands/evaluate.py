@@ -6,7 +6,7 @@ import click
 from rich.table import Table
 
 from hwlat.commands.common import json_option, open_db, parse_inputs, write_plot
-from hwlat.output import dim, emit_json, stderr, stdout
+from hwlat.output import dim, emit_json, escape, stderr, stdout
 from predictor.devices import choose_device, require_this_machine
 from predictor.evaluate import (
     ANCHORS,
@@ -71,7 +71,7 @@ def evaluate_cmd(ctx, models, device, threads, holdout_families, batches, inputs
         return
     show(report)
     if plot:
-        stderr.print(f"plot written to {plot}")
+        stderr.print(f"plot written to {escape(plot)}")
 
 
 def _cases(models, inputs, batches, dtypes, holdout_families) -> list[EvalCase]:
@@ -106,7 +106,7 @@ def show(report: EvalReport) -> None:
     for r in report.rows:
         flops_err = (f"{(r.flops_pred_ms / r.measured_ms - 1):+.1%}"
                      if r.flops_pred_ms is not None else "n/a")
-        row = [r.spec.removeprefix("torchvision:"), ",".join(r.inputs)]
+        row = [escape(r.spec.removeprefix("torchvision:")), escape(",".join(r.inputs))]
         row += [r.dtype] if len(dtypes) > 1 else []
         table.add_row(*row, f"{r.measured_ms:.2f}", f"{r.predicted_ms:.2f}",
                       f"{r.error_pct / 100:+.1%}", flops_err)
