@@ -30,6 +30,8 @@ The variants (`VARIANTS`; one entry each):
   flush (the large-op term has the rest), and of either sign: inside a model such an op finds
   its input hot from the op before, timed alone it does not (mnasnet0_5's ops summed 0.99x their
   estimates inside the model where mnasnet1_0's summed 1.25x, batch 1, 1 thread, on the Xeon);
+- no all-op traffic term: the four others (the large-op traffic term keeps the ops beyond the
+  flush; inside a model the smaller ones run hot from the op before);
 - small-op input reads, signed (with or without the per-op term): a sixth term, the activation
   bytes read by the ops within the flush (their bytes less weights and outputs) at the copy
   bandwidth, of either sign: what `benchmarks/flush_kinds.py` found per family (alone, a small
@@ -294,6 +296,7 @@ VARIANTS: dict[str, Callable[[list[Setting]], Callable[[Setting], float]]] = {
     "weight-bound ops apart": lambda t: _fit_linear(_weight_bound_apart, t),
     "conv sum apart": lambda t: _fit_linear(_conv_sum_apart, t),
     "small-op traffic, signed": lambda t: _fit_linear(_small_traffic, t, signed=(1, 2)),
+    "no all-op traffic term": lambda t: _fit_linear(lambda s: np.delete(s.terms, 2), t),
     "small-op input reads, signed": lambda t: _fit_linear(_small_input_apart, t, signed=(1, 5)),
     "small-op input reads, signed, no per-op term":
         lambda t: _fit_linear(lambda s: np.delete(_small_input_apart(s), 1), t, signed=(4,)),
