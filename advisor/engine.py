@@ -257,13 +257,14 @@ class _Advisor:
             serving = self.serving(v)
             curve = self.curve.scaled(factor)
             sim = self.sim(curve, serving)
-            target, p50, p95 = (self.steady_ms(curve, serving, sim, q)
-                                for q in (req.q, 0.5, 0.95))
-            interval = [self.steady_ms(self.curve.scaled(factor * x / p50_call), serving, None,
-                                       req.q) for x, p50_call in ((lo, call[0]), (hi, call[0]))]
+            cap = capacity_rps(curve, serving["workers"], serving["max_batch"])
+            # beyond capacity the queue grows all run: its percentiles are the run's length
+            target, p50, p95 = ((math.inf,) * 3 if req.rate >= cap else
+                                (sim.total.quantile(q) * 1e3 for q in (req.q, 0.5, 0.95)))
+            interval = [self.steady_ms(self.curve.scaled(factor * x / call[0]), serving)
+                        for x in (lo, hi)]
             extra.update(p95_ms=p95, simulated=sim.to_json())
             if math.isinf(target):
-                cap = capacity_rps(curve, serving["workers"], serving["max_batch"])
                 notes.append(f"unstable: {req.rate:g} req/s is more than "
                              f"{serving['workers']} worker(s) at batch <= "
                              f"{serving['max_batch']} can serve ({cap:.1f} req/s predicted), so "
@@ -279,13 +280,12 @@ class _Advisor:
                            req.budget_ms, lever.risk_level, lever.risk, lever.effort_level,
                            lever.effort, notes=[*v.notes, *notes], extra=extra, variant=v)
 
-    def steady_ms(self, curve: BatchCurve, serving: dict, sim: SimResult | None,
-                  q: float) -> float:
-        """The simulated q-quantile of total latency (ms), or inf where the rate is beyond what
-        the serving setup can serve: a growing queue's percentile is the run's length."""
+    def steady_ms(self, curve: BatchCurve, serving: dict) -> float:
+        """The simulated target percentile of total latency (ms), or inf where the rate is beyond
+        what the serving setup can serve: a growing queue's percentile is the run's length."""
         if self.req.rate >= capacity_rps(curve, serving["workers"], serving["max_batch"]):
             return math.inf
-        return (sim or self.sim(curve, serving)).total.quantile(q) * 1e3
+        return self.sim(curve, serving).total.quantile(self.req.q) * 1e3
 
     def levers(self, baseline: LeverResult) -> tuple[list[LeverResult], dict[str, str]]:
         results, skipped = [], {}

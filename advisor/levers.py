@@ -251,7 +251,8 @@ def thread_variants(ctx: LeverContext) -> list[Variant] | str:
     if not others:
         return ("no profile of this hardware at another thread count; run `hwlat profile "
                 "--threads N` to predict it")
-    return [Variant("threads", f"{d.threads} thread{'s' if d.threads != 1 else ''}", {"threads": d.threads}, device_id=d.id,
+    return [Variant("threads", f"{d.threads} thread{'s' if d.threads != 1 else ''}",
+                    {"threads": d.threads}, device_id=d.id,
                     threads=d.threads) for d in sorted(others, key=lambda d: d.threads or 0)]
 
 

@@ -21,21 +21,17 @@ import collections
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from inmodel_vs_isolated import _TimeEachOp  # noqa: E402
+from inmodel_vs_isolated import time_in_model  # noqa: E402
 
 from kernels_db.build import _measure_config  # noqa: E402
 from profilers import allocator  # noqa: E402
-from profilers.capture import capture_spec  # noqa: E402
 from profilers.fingerprint import fingerprint  # noqa: E402
-from profilers.modelbench import prepare  # noqa: E402
 from profilers.ops import is_free, record_family  # noqa: E402
-from profilers.specs import parse_input_spec  # noqa: E402
 from profilers.timer import CacheFlusher, flush_bytes  # noqa: E402
 
 
@@ -52,23 +48,7 @@ def flushers(threads: int) -> dict[str, CacheFlusher | None]:
 
 
 def one_model(spec: str, inp: str, threads: int, kinds: dict) -> dict:
-    model, args = prepare(spec, [inp])
-    with torch.inference_mode():
-        for _ in range(3):
-            model(*args)
-        plain = []
-        for _ in range(15):
-            t = time.perf_counter()
-            model(*args)
-            plain.append(time.perf_counter() - t)
-        passes = []
-        for _ in range(7):
-            with _TimeEachOp() as mode:
-                model(*args)
-            passes.append(mode.seconds)
-    captured = capture_spec(spec, inputs=[parse_input_spec(inp)])
-    if len(captured.ops) != len(passes[0]):
-        raise SystemExit(f"{spec}: {len(captured.ops)} captured ops but {len(passes[0])} timed")
+    plain, passes, captured = time_in_model(spec, inp)
     alone: dict[tuple[str, str], float] = {}
     family = collections.defaultdict(collections.Counter)
     total = collections.Counter()

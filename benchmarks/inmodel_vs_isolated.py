@@ -43,12 +43,9 @@ class _TimeEachOp(TorchDispatchMode):
         return out
 
 
-def main(db_path: str, device: str, spec: str, inp: str, threads: int,
-         flush_mib: list[float], top: int) -> None:
-    torch.set_num_threads(threads)
-    allocator.apply()  # as hwlat times: without it, resnet18 at batch 8 ran 120 ms, not 97
-    with KernelDB.open(db_path, readonly=True) as db:
-        predictor = Predictor.for_device(db, device)
+def time_in_model(spec: str, inp: str, passes: int = 7):
+    """(plain forward times, each op's time in `passes` passes under `_TimeEachOp`, the capture
+    of the same ops), in seconds; exits where capture and the real forward disagree on the ops."""
     model, args = prepare(spec, [inp])
     with torch.inference_mode():
         for _ in range(3):
@@ -59,14 +56,24 @@ def main(db_path: str, device: str, spec: str, inp: str, threads: int,
             model(*args)
             plain.append(time.perf_counter() - t)
         runs = []
-        for _ in range(7):
+        for _ in range(passes):
             with _TimeEachOp() as mode:
                 model(*args)
             runs.append(mode.seconds)
     captured = capture_spec(spec, inputs=[parse_input_spec(inp)])
     if len(captured.ops) != len(runs[0]):
-        sys.exit(f"capture saw {len(captured.ops)} ops, the real forward {len(runs[0])}: "
+        sys.exit(f"{spec}: capture saw {len(captured.ops)} ops, the real forward {len(runs[0])}: "
                  "the per-op comparison needs the two to match")
+    return plain, runs, captured
+
+
+def main(db_path: str, device: str, spec: str, inp: str, threads: int,
+         flush_mib: list[float], top: int) -> None:
+    torch.set_num_threads(threads)
+    allocator.apply()  # as hwlat times: without it, resnet18 at batch 8 ran 120 ms, not 97
+    with KernelDB.open(db_path, readonly=True) as db:
+        predictor = Predictor.for_device(db, device)
+    plain, runs, captured = time_in_model(spec, inp)
     predictor.estimate_ops(captured.ops)
     flushers = [CacheFlusher(int(m * (1 << 20))) for m in flush_mib]
     alone: dict[tuple[str, int], float] = {}
