@@ -661,6 +661,20 @@ def measure_llc_once(db: KernelDB, device_id: str, device: str, threads: int | N
     db.set_peaks(device_id, {**row.peaks, "llc_bytes": llc})
 
 
+def measure_subnormal_once(db: KernelDB, device_id: str, threads: int | None,
+                           measure: Callable[[int | None], dict] | None = None) -> None:
+    """Give a CPU profiled before `measure_peaks` timed what a subnormal value costs it the
+    measured cost (~1 s; `profilers.subnormals`): without it the predictor cannot price the
+    subnormals a model computes. Once: the peaks (part of the state token) are written once."""
+    from profilers.fingerprint import measure_subnormal_cost
+
+    row = db.get_device(device_id)
+    if row.kind != "cpu" or not row.peaks or row.peaks.get("subnormal"):
+        return
+    db.set_peaks(device_id, {**row.peaks,
+                             "subnormal": (measure or measure_subnormal_cost)(threads)})
+
+
 def profile_device(db: KernelDB, settings: ProfileSettings,
                    progress: ProgressFn | None = None) -> ProfileReport:
     """The whole `hwlat profile` job within `settings.budget_s`."""
@@ -749,6 +763,7 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
             t = time.monotonic()
             report.stream_gbps_now = retime_stream(db, device_id, settings.device, fp.threads)
             measure_llc_once(db, device_id, settings.device, fp.threads)
+            measure_subnormal_once(db, device_id, fp.threads)
             report.phases["stream_s"] = time.monotonic() - t
             if second_pass:
                 t = time.monotonic()

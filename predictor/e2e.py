@@ -30,12 +30,14 @@ from profilers import ops, zoo
 from profilers.capture import CapturedModel, capture_spec
 from profilers.errors import HwlatError, UnmodelledOpError
 from profilers.oprecord import OpRecord
+from profilers.subnormals import SubnormalUses, price
 from profilers.timer import flush_bytes
 
 SOURCES = ("measured", "interpolated", "model", "free", "fallback")
 CORRECTION_CACHE = "e2e_fit"
 # per_family entries that are correction terms, not op families
 CORRECTION_TERMS = ("op_overhead", "memory_traffic", "weight_reload", "large_op_traffic")
+SUBNORMAL_TERM = "subnormal_slow_path"  # the per_family entry of `Prediction.subnormal_ms`
 CORRECTION_VERSION = 16  # bump when ModelRow or the correction formula changes (11: the
 # large-op traffic leaves out the weights of ops over the LLC; 12: contended timings left out;
 # 13: so does the memory traffic; 14: weights over the LLC floored at the stream bandwidth;
@@ -74,6 +76,9 @@ class Prediction:
     traffic_ms: float = 0.0  # bytes moved by the timed ops at the copy bandwidth (_traffic_s)
     weights_ms: float = 0.0  # weight bytes re-read from DRAM each pass, at the copy bandwidth
     large_traffic_ms: float = 0.0  # traffic of ops over timer.flush_bytes (Predictor._traffic_s)
+    # the CPU's slow path for the subnormal values one real forward pass used (in p50 and
+    # per_family; None: values not counted, or no cost measured on the device)
+    subnormal_ms: float | None = None
     inputs: list[str] = field(default_factory=list)
     capture_s: float | None = None
     notes: list[str] = field(default_factory=list)
@@ -320,12 +325,14 @@ class Predictor:
                          "--dtype to measure them")
         if self.device.kind == "cpu" and (fill := _subnormal_mask([r for r, _ in timed])):
             notes.append(
-                f"{fill.module or 'it'} fills a mask with {fill.args[2]:g} ({fill.op}) and "
+                f"{SUBNORMAL_MASK_NOTE}{fill.module or 'it'} fills a mask with {fill.args[2]:g} "
+                f"({fill.op}) and "
                 "takes a softmax, as Swin does: the masked probabilities, exp of that, can be "
                 "subnormal in float32, and a CPU with a slow path for subnormals then runs the "
                 "model slower than predicted (an Intel Xeon: swin_t at 1x3x160x160 took 168 ms, "
                 "65 ms with torch.set_flush_denormal(True), predicted 60); hwlat predicts the "
-                "flushed run, `hwlat evaluate` times both")
+                "flushed run unless its values are counted (`hwlat predict --values`); "
+                "`hwlat evaluate` counts them")
         untimed = self._untimed_ops(timed)
         if untimed:
             listed = ", ".join(f"{op} ({share:.0%} of the op time)" for op, share in untimed)
@@ -474,21 +481,67 @@ class Predictor:
 
     def predict_spec(self, spec: str, *, inputs: list | None = None, batch: int | None = None,
                      dtype: str = "float32", strict: bool = False,
-                     channels_last: bool = False) -> Prediction:
+                     channels_last: bool = False, values: bool = False) -> Prediction:
+        """`values`: on a CPU, also run the model once here with its weights to count the
+        subnormal values it computes and price their slow path (`predict_captured`)."""
         captured = capture_spec(spec, inputs=inputs, batch=batch, device_type=self.device.kind,
                                 dtype=dtype, channels_last=channels_last)
-        return self.predict_captured(captured, strict=strict)
+        uses = None
+        if values and self.device.kind == "cpu":
+            from profilers.subnormals import uses_at_batch_one
 
-    def predict_captured(self, captured: CapturedModel, *, strict: bool = False) -> Prediction:
+            uses = uses_at_batch_one(spec, captured.inputs, dtype=dtype)
+        return self.predict_captured(captured, strict=strict, subnormals=uses)
+
+    def predict_captured(self, captured: CapturedModel, *, strict: bool = False,
+                         subnormals: SubnormalUses | None = None) -> Prediction:
+        """`subnormals`: the values one real forward pass of the model used
+        (`profilers.subnormals.count_uses`); on a CPU their slow path is added."""
         p = self.predict_ops(captured.ops, spec=captured.spec, strict=strict)
         p.inputs = [str(i) for i in captured.inputs]
         p.capture_s = captured.capture_s
+        if subnormals is not None and self.device.kind == "cpu":
+            self._add_subnormals(p, subnormals)
         if captured.ran:
             p.notes.append("its forward reads tensor values, so its ops were recorded from one "
                            "real run on random inputs; other inputs may run other ops")
         if captured.note:
             p.notes.append(captured.note)
         return p
+
+    SUBNORMAL_BAND = (0.64, 1.7)
+    """The interval of the slow path's price, as multiples of it: inside swin_t and mobilevit on
+    the Xeon of 12-05, a matmul family paid 0.64-1.7x the cost per use that `measure_cost` timed
+    (attention matmuls 1.5 ns per reuse, linear layers 2.4 and 4.0, convolutions 2.6, against
+    2.36 measured; profilers/subnormals.py)."""
+
+    def _add_subnormals(self, p: Prediction, uses: SubnormalUses) -> None:
+        """Price the subnormal values a forward pass used at the device's measured cost, into
+        p50, the interval and the breakdown; say so, or that it could not be priced."""
+        p.notes = [n for n in p.notes if not n.startswith(SUBNORMAL_MASK_NOTE)]
+        if uses.share <= 0:
+            return
+        cost = (self.device.peaks or {}).get("subnormal")
+        share = f"{uses.share * 100:.2g}% of the values its forward pass computes are subnormal"
+        if not cost:
+            p.notes.append(f"{share}, which a CPU may compute on a slow path; {self.device.id} "
+                           "has no measured cost for them, so they are not priced: "
+                           "`hwlat profile` on it measures one")
+            return
+        by_family = price(uses, cost)
+        extra_ms = sum(by_family.values()) * 1e3
+        lo, hi = self.SUBNORMAL_BAND
+        p.subnormal_ms = extra_ms
+        p.latency_ms["p50"] += extra_ms
+        p.interval_ms = [p.interval_ms[0] + lo * extra_ms, p.interval_ms[1] + hi * extra_ms]
+        p.per_family = dict(sorted({**p.per_family, SUBNORMAL_TERM: extra_ms}.items(),
+                                   key=lambda kv: -kv[1]))
+        main = max(by_family, key=by_family.get) if by_family else "none"
+        p.notes.append(
+            f"{share} (one forward pass here, with its weights): this CPU's slow path for them "
+            f"adds {extra_ms:.3g} ms, most in its {main} ops (measured on {self.device.id}: "
+            f"{cost['reuse_ns']:.3g} ns per use in a matmul, {cost['block_ns']:.3g} ns per "
+            "16 values elsewhere); torch.set_flush_denormal(True) removes it")
 
     def predict_many(self, items: Sequence[str | CapturedModel], *, strict: bool = False,
                      batch: int | None = None, dtype: str = "float32") -> list[Prediction]:
@@ -509,6 +562,7 @@ class Predictor:
 # A fused attention kernel (scaled_dot_product_attention) never writes them out: hf:swin fills
 # its mask with -100 too and computed no subnormal at all
 SUBNORMAL_EXP = (-103.28, -87.34)
+SUBNORMAL_MASK_NOTE = "subnormals likely: "
 SOFTMAX_OPS = ("aten._softmax.default", "aten.softmax.int")
 
 

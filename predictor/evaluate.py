@@ -62,12 +62,13 @@ from profilers.capture import capture_spec
 from profilers.errors import NotFittedError
 from profilers.specs import parse_input_spec
 from profilers.stats import spearman
+from profilers.subnormals import SubnormalUses
 from profilers.timer import Measurement
 
 # (spec, inputs, runs, warmup, threads, device kind, dtype) -> its timing
 MeasureFn = Callable[[str, Sequence[str], int, int, int | None, str, str], Measurement]
-# (spec, inputs, threads, device kind, dtype) -> share of subnormal values in one forward pass
-SubnormalFn = Callable[[str, Sequence[str], int | None, str, str], float]
+# (spec, inputs, threads, device kind, dtype) -> the subnormal values one forward pass uses
+SubnormalFn = Callable[[str, Sequence[str], int | None, str, str], SubnormalUses]
 # a share above this gets a note; not calibrated: the models flagged on the dev VM had 0.6-4.5%
 # (mobilevit -13%, swin_t -12% error), every other model checked there had none at all
 SUBNORMAL_NOTE = 0.001
@@ -94,13 +95,13 @@ def zoo_cases(*, holdout_families: bool = False, batches: Sequence[int] = (1,)) 
     return cases
 
 
-def model_subnormal_share(spec: str, inputs: Sequence[str], threads: int | None = None,
-                          device: str = "cpu", dtype: str = "float32") -> float:
-    """The share of subnormal values in one forward pass, in a fresh child process."""
-    from profilers.modelbench import subnormal_share_isolated
+def model_subnormal_uses(spec: str, inputs: Sequence[str], threads: int | None = None,
+                         device: str = "cpu", dtype: str = "float32") -> SubnormalUses:
+    """The subnormal values one forward pass uses, in a fresh child process."""
+    from profilers.subnormals import uses_of_spec_isolated
 
-    return subnormal_share_isolated(spec, list(inputs) or None, threads=threads, dtype=dtype,
-                                    device=device)
+    return uses_of_spec_isolated(spec, list(inputs) or None, threads=threads, dtype=dtype,
+                                 device=device)
 
 
 def _computes_subnormals(share: float | None) -> bool:
@@ -113,13 +114,15 @@ def _subnormal_note(row: EvalRow) -> str | None:
     if not _computes_subnormals(row.subnormal_share):
         return None
     flushed = (f"; with it, it ran in {row.measured_flushed_ms:.2f} ms against "
-               f"{row.measured_ms:.2f} ms, hwlat's prediction "
-               f"{(row.predicted_ms / row.measured_flushed_ms - 1) * 100:+.1f}% from that"
+               f"{row.measured_ms:.2f} ms, hwlat's prediction without the slow path "
+               f"{(row.predicted_flushed_ms / row.measured_flushed_ms - 1) * 100:+.1f}% from that"
                if row.measured_flushed_ms else "")
+    priced = (f"hwlat priced their slow path at {row.subnormal_ms:.3g} ms of its prediction"
+              if row.subnormal_ms is not None else
+              "the device has no measured cost for them, so hwlat's prediction leaves them out")
     return (f"{row.spec} {','.join(row.inputs)}: {row.subnormal_share * 100:.1f}% of the values "
             "its forward pass computes are subnormal (underflow: random weights, or a mask such "
-            "as Swin's -100 before a softmax); the CPU's slow path for them is in its measurement "
-            "but not in op timings on random inputs, so it may run slower than predicted "
+            f"as Swin's -100 before a softmax); {priced} "
             f"(torch.set_flush_denormal(True) removes the slow path{flushed})")
 
 
@@ -310,11 +313,17 @@ class EvalRow:
     measured_rounds_ms: list[float] = field(default_factory=list)  # the median of each round
     subnormal_share: float | None = None  # of the values its forward computes (None: unchecked)
     measured_flushed_ms: float | None = None  # timed again with subnormals flushed (where found)
+    subnormal_ms: float | None = None  # the priced slow path in predicted_ms (None: not priced)
     contended_rounds: list[int] = field(default_factory=list)  # rounds timed beside other work
     slow_rounds: list[int] = field(default_factory=list)  # ... in a slow spell (profilers.pace)
     others_cores_max: float | None = None  # the most cores other processes took in a round
     round_pace_ms: list[float | None] = field(default_factory=list)  # profilers.pace, per round
     round_runs: list[int] = field(default_factory=list)  # timed passes in each round
+
+    @property
+    def predicted_flushed_ms(self) -> float:
+        """The prediction without the subnormals' slow path: what `measured_flushed_ms` times."""
+        return self.predicted_ms - (self.subnormal_ms or 0.0)
 
     @property
     def quiet_rounds_ms(self) -> list[float]:
@@ -332,8 +341,9 @@ class EvalRow:
 class EvalReport:
     device: str
     rows: list[EvalRow]
-    # "hwlat" / "flops" / "roofline" (/ "hwlat_profile_anchor"; "hwlat_flushed": against the
-    # measurements with subnormals flushed, where a model computes them)
+    # "hwlat" / "flops" / "roofline" (/ "hwlat_profile_anchor"; "hwlat_flushed": hwlat without
+    # the subnormals' slow path against the measurements with them flushed, where a model
+    # computes them)
     summary: dict[str, dict]
     interval_coverage: float  # share of models whose measurement lies in the interval
     runs: int
@@ -347,7 +357,8 @@ class EvalReport:
                 "interval_coverage": self.interval_coverage,
                 "round_spread_pct": self.round_spread_pct(),
                 "remeasurement": self.remeasurement(), "notes": self.notes,
-                "models": [{**asdict(r), "round_spread_pct": r.round_spread_pct}
+                "models": [{**asdict(r), "round_spread_pct": r.round_spread_pct,
+                            "predicted_flushed_ms": r.predicted_flushed_ms}
                            for r in self.rows]}
 
     def round_spread_pct(self) -> dict[str, float] | None:
@@ -435,7 +446,7 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     if measure_fn is None:
         from profilers.modelbench import can_flush_denormal
 
-        measure_fn, subnormal_fn = time_model, subnormal_fn or model_subnormal_share
+        measure_fn, subnormal_fn = time_model, subnormal_fn or model_subnormal_uses
         flushed_fn = flushed_fn or (time_model_flushed if can_flush_denormal() else None)
     fitted_rows = predictor.cached_model_rows()  # the profile's end-to-end settings
     flops_base, roof_base, note = _baselines(predictor, fitted_rows)
@@ -472,7 +483,7 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
         drift, factors = _pace_anchor(paces, contended, slow, profile_timings)
     else:
         drift = _drift(_faster_of(before, after))
-    subnormal: list[float | None] = [None] * len(cases)
+    subnormal: list[SubnormalUses | None] = [None] * len(cases)
     if subnormal_fn and dev.kind == "cpu":  # GPUs compute subnormals at full speed
         if progress:
             progress("checking the models' forward passes for subnormal values")
@@ -481,7 +492,7 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
                      for case, cap in zip(cases, captured, strict=True)]
     flushed: list[float | None] = [None] * len(cases)
     for i, (case, cap, sub) in enumerate(zip(cases, captured, subnormal, strict=True)):
-        if flushed_fn and _computes_subnormals(sub):
+        if flushed_fn and sub and _computes_subnormals(sub.share):
             if progress:
                 progress(f"measuring {case.spec} again with subnormals flushed to zero")
             flushed[i] = flushed_fn(case.spec, [str(x) for x in cap.inputs], runs, warmup,
@@ -502,7 +513,8 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     for case, cap, measured, rounds_ms, ts, busy, sluggish, sub, flushed_ms, k in zip(
             cases, captured, measured_ms, round_ms, timings, contended, slow, subnormal, flushed,
             factors, strict=True):
-        pred = predictor.predict_captured(cap)
+        pred = predictor.predict_captured(cap, subnormals=sub)
+        slow_ms = None if pred.subnormal_ms is None else k * pred.subnormal_ms
         rows.append(EvalRow(
             spec=case.spec, family=case.family or cap.family, inputs=pred.inputs,
             batch=cap.inputs[0].shape[0] if cap.inputs and cap.inputs[0].shape else None,
@@ -514,8 +526,9 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
                               if roof_base else None),
             measured_share=pred.measured_share,
             unmodelled_share=sum(u["share"] for u in pred.unmodelled), dtype=case.dtype,
-            predicted_profile_ms=pred.p50_ms if drift else None, subnormal_share=sub,
-            measured_flushed_ms=flushed_ms,
+            predicted_profile_ms=pred.p50_ms if drift else None,
+            subnormal_share=sub.share if sub else None, measured_flushed_ms=flushed_ms,
+            subnormal_ms=slow_ms,
             contended_rounds=busy, slow_rounds=sluggish,
             round_pace_ms=[t.pace_s * 1e3 if t.pace_s else None for t in ts],
             round_runs=[len(t.samples_s) for t in ts],
@@ -631,7 +644,8 @@ def _report(device: str, rows: list[EvalRow], runs: int, notes: list[str],
                                                   [r.predicted_profile_ms for r in rows])
     if any(r.measured_flushed_ms for r in rows):  # beside, not instead: both are measurements
         summary["hwlat_flushed"] = metrics([r.measured_flushed_ms or r.measured_ms for r in rows],
-                                           [r.predicted_ms for r in rows])
+                                           [r.predicted_flushed_ms if r.measured_flushed_ms
+                                            else r.predicted_ms for r in rows])
     covered = [r.interval_ms[0] <= r.measured_ms <= r.interval_ms[1] for r in rows]
     return EvalReport(device, rows, summary, float(np.mean(covered)) if rows else float("nan"),
                       runs, notes, anchor, drift)

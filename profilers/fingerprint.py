@@ -393,6 +393,8 @@ def measure_peaks(
         copy_gbps, copy = _copy_gbps(dev, budget_s * 0.125)
         stream_gbps, stream = _stream_gbps(dev, budget_s * 0.125)
         llc_bytes = llc_from_sweep(_read_sweep(dev, budget_s * 0.125)) if kind == "cpu" else None
+        # what a subnormal value costs this CPU (GPUs compute them at full speed): ~0.6 s more
+        subnormal = measure_subnormal_cost(None) if kind == "cpu" else None
     noise = {d: round(m.noise, 3) for d, (_, m) in matmuls.items()}
     return {
         "device": dev,
@@ -402,6 +404,7 @@ def measure_peaks(
         "gbps": copy_gbps,
         "stream_gbps": stream_gbps,
         "llc_bytes": llc_bytes,  # the largest read still served faster than memory (a CPU's)
+        "subnormal": subnormal,  # profilers.subnormals.measure_cost (a CPU's)
         # IQR/median of each measurement
         "noise": {**noise, "copy": round(copy.noise, 3), "stream": round(stream.noise, 3)},
         "method": "median of timed square matmuls (2*n^3 flops); "
@@ -410,6 +413,13 @@ def measure_peaks(
         "the largest buffer a sum still reads at LLC_SPEEDUP x the speed beyond L3",
         "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def measure_subnormal_cost(threads: int | None = None) -> dict:
+    """`profilers.subnormals.measure_cost` at `threads` (None: as they are)."""
+    from profilers.subnormals import measure_cost
+
+    return measure_cost(threads)
 
 
 def _dtype_supported(name: str, dev: str) -> bool:

@@ -719,6 +719,31 @@ def test_the_stream_is_timed_again_each_run_and_the_fastest_kept(tmp_path):
         assert retime_stream(db, "new", "cpu", 1, measure=lambda d, t: 1 / 0) is None
 
 
+def test_a_cpu_profiled_before_subnormals_were_costed_gets_its_cost_once(tmp_path):
+    """`build.measure_subnormal_once`: a CPU without the cost gets it, once; a GPU never."""
+    from kernels_db.build import measure_subnormal_once
+    from kernels_db.store import KernelDB
+
+    calls = []
+    cost = {"reuse_ns": 2.3, "block_ns": 98.0, "threads": 1, "share": 0.1}
+
+    def measure(threads):
+        calls.append(threads)
+        return cost
+
+    with KernelDB.open(tmp_path / "s.db") as db:
+        db.upsert_device({"t": 1}, device_id="old", kind="cpu", threads=1, peaks={"gbps": 20.0})
+        db.upsert_device({"t": 3}, device_id="gpu", kind="cuda", threads=None,
+                         peaks={"gbps": 900.0})
+        before = db.state_token("old")
+        measure_subnormal_once(db, "old", 1, measure=measure)
+        measure_subnormal_once(db, "old", 1, measure=measure)
+        assert db.get_device("old").peaks == {"gbps": 20.0, "subnormal": cost} and calls == [1]
+        assert db.state_token("old") != before  # the predictor's models see the new peaks
+        measure_subnormal_once(db, "gpu", None, measure=measure)
+        assert "subnormal" not in db.get_device("gpu").peaks and calls == [1]
+
+
 def test_a_cpu_profiled_before_the_llc_sweep_gets_it_once(tmp_path):
     """`build.measure_llc_once`: the measured LLC is written into the peaks of a CPU that lacks
     it, None included (no cache faster than memory), and never measured again; a GPU's, never."""

@@ -84,6 +84,32 @@ def test_predict_several_models_and_unseen_ones(profiled):
     assert b["measured_share"] < 1.0
 
 
+def test_predict_prices_subnormals_by_default_on_a_profiled_cpu(profiled, tmp_path):
+    """The profile measured what a subnormal costs this CPU, so predict counts a model's in one
+    real forward pass unless told not to (the cost may be ~0 on a CPU without a slow path)."""
+    db, _ = profiled
+    (tmp_path / "under.py").write_text(
+        "import torch\n"
+        "class Under(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(256, 256)\n"
+        "    def forward(self, x):\n"  # exp(-100) = 3.7e-44: subnormal
+        "        return self.fc(torch.exp(x.abs() * 0 - 100))\n"
+        "def make():\n"
+        "    return Under()\n")
+    spec = f"{tmp_path / 'under.py'}:make"
+    counted = run("predict", spec, "--input", "8x256", "--json", db=db)
+    assert counted.exit_code == 0, counted.output
+    p = json.loads(counted.stdout)
+    assert p["subnormal_ms"] >= 0 and p["per_family"]["subnormal_slow_path"] == p["subnormal_ms"]
+    assert any("are subnormal (one forward pass here" in n for n in p["notes"])
+    skipped = json.loads(run("predict", spec, "--input", "8x256", "--no-values", "--json",
+                             db=db).stdout)
+    assert skipped["subnormal_ms"] is None and "subnormal_slow_path" not in skipped["per_family"]
+    assert skipped["latency_ms"]["p50"] == pytest.approx(p["latency_ms"]["p50"] - p["subnormal_ms"])
+
+
 def test_several_models_one_failing_keeps_the_others(profiled):
     db, _ = profiled
     result = run("predict", "torchvision:squeezenet1_1", "torchvision:resnet19", "--json", db=db)

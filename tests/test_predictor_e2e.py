@@ -504,8 +504,44 @@ def test_a_mask_whose_exp_is_subnormal_before_a_softmax_is_noted(predictor, resn
 
     # Swin's -100: exp(-100) = 3.7e-44 is below float32's smallest normal
     [note] = noted([fill(-100.0), softmax])
-    assert note.startswith("attn fills a mask with -100 (aten.masked_fill.Scalar)")
+    assert note.startswith("subnormals likely: attn fills a mask with -100 "
+                           "(aten.masked_fill.Scalar)")
     assert noted([fill(float("-inf")), softmax]) == []  # exp gives exact zeros
     assert noted([fill(-1e4), softmax]) == []  # ... and so does anything under ln 2^-149
     assert noted([fill(-100.0)]) == []  # no softmax: a fused attention kernel, or no logits
     assert noted([softmax, fill(-100.0)]) == []  # the softmax must come after the mask
+
+
+def test_counted_subnormals_are_priced_at_the_devices_cost(predictor, resnet):
+    import copy
+    import dataclasses
+
+    from profilers.subnormals import SubnormalUses
+
+    uses = SubnormalUses(0.02, {"matmul": 1e6}, {"eltwise": 1e4})
+    base = predictor.predict_captured(resnet)
+    unpriced = predictor.predict_captured(resnet, subnormals=uses)  # no cost measured on dev1
+    assert unpriced.p50_ms == base.p50_ms and unpriced.subnormal_ms is None
+    assert any("not priced" in n and "hwlat profile" in n for n in unpriced.notes)
+    priced = copy.copy(predictor)
+    priced.device = dataclasses.replace(
+        predictor.device, peaks={**predictor.device.peaks,
+                                 "subnormal": {"reuse_ns": 2.0, "block_ns": 100.0}})
+    p = priced.predict_captured(resnet, subnormals=uses)
+    assert p.subnormal_ms == pytest.approx(3.0)  # 1e6 x 2 ns + 1e4 x 100 ns
+    assert p.p50_ms == pytest.approx(base.p50_ms + 3.0)
+    assert p.per_family["subnormal_slow_path"] == pytest.approx(3.0)
+    assert sum(p.per_family.values()) == pytest.approx(p.p50_ms)
+    lo, hi = Predictor.SUBNORMAL_BAND
+    assert p.interval_ms == pytest.approx([base.interval_ms[0] + 3.0 * lo,
+                                           base.interval_ms[1] + 3.0 * hi])
+    assert any(n.startswith("2% of the values") and "adds 3 ms, most in its matmul ops" in n
+               for n in p.notes)
+    none = priced.predict_captured(resnet, subnormals=SubnormalUses(0.0))
+    assert none.p50_ms == base.p50_ms and none.subnormal_ms is None
+
+
+def test_predict_spec_with_values_counts_them_in_a_real_forward(predictor):
+    p = predictor.predict_spec("torchvision:resnet18", inputs=SMALL_INPUT, values=True)
+    assert p.subnormal_ms is None  # random weights and inputs: no subnormal at all
+    assert p.p50_ms == predictor.predict_spec("torchvision:resnet18", inputs=SMALL_INPUT).p50_ms

@@ -22,6 +22,7 @@ from predictor.evaluate import (
 from predictor.features import roofline_s
 from profilers import ops, sampling
 from profilers.contention import CpuUse
+from profilers.subnormals import SubnormalUses
 from profilers.timer import Measurement
 
 PEAKS = {"gflops": {"float32": 50.0}, "gbps": 10.0}
@@ -320,28 +321,12 @@ def test_zoo_cases_hold_out_unseen_families():
     assert all(c.inputs for c in held)
 
 
-def test_subnormal_values_are_counted_in_a_real_forward_pass(tmp_path):
-    from profilers.modelbench import subnormal_share
-
-    (tmp_path / "under.py").write_text(
-        "import torch\n"
-        "class Under(torch.nn.Module):\n"
-        "    def forward(self, x):\n"  # exp(-100) = 3.7e-44: below float32's smallest normal
-        "        return torch.exp(x.abs() * 0 - 100) + x\n"
-        "def make():\n"
-        "    return Under()\n")
-    share = subnormal_share(f"{tmp_path / 'under.py'}:make", ["1x64"], threads=1)
-    # ops: abs, mul, sub, exp, add; only exp's 64 outputs are subnormal
-    assert share == pytest.approx(64 / (5 * 64))
-    assert subnormal_share("torchvision:resnet18", ["1x3x32x32"], threads=1) == 0.0
-
-
 def test_a_model_with_subnormal_values_gets_a_note(predictor):
     cases = [EvalCase(spec, SMALL) for spec in SPECS]
     shares = {"torchvision:squeezenet1_1": 0.044, "torchvision:resnet18": 0.0}
     report = evaluate(None, "dev1", cases, predictor=predictor,
                       measure_fn=lambda *a: timing([0.004] * a[2]),
-                      subnormal_fn=lambda spec, *a: shares[spec])
+                      subnormal_fn=lambda spec, *a: SubnormalUses(shares[spec]))
     assert [r.subnormal_share for r in report.rows] == [0.044, 0.0]
     notes = [n for n in report.notes if "subnormal" in n]
     assert len(notes) == 1 and notes[0].startswith("torchvision:squeezenet1_1 1x3x32x32: 4.4%")
@@ -362,7 +347,8 @@ def test_a_model_with_subnormal_values_is_timed_again_with_them_flushed(predicto
 
     report = evaluate(None, "dev1", cases, predictor=predictor, runs=30,
                       measure_fn=lambda *a: timing([0.004] * a[2]),
-                      subnormal_fn=lambda spec, *a: shares[spec], flushed_fn=flushed_fn)
+                      subnormal_fn=lambda spec, *a: SubnormalUses(shares[spec]),
+                      flushed_fn=flushed_fn)
     assert flushed == [("torchvision:squeezenet1_1", 30)]  # only the one computing subnormals
     squeeze, resnet = report.rows
     assert (squeeze.measured_flushed_ms, resnet.measured_flushed_ms) == (pytest.approx(2.0), None)
@@ -375,7 +361,7 @@ def test_a_model_with_subnormal_values_is_timed_again_with_them_flushed(predicto
     assert report.summary["hwlat_flushed"]["mape_pct"] != report.summary["hwlat"]["mape_pct"]
     plain = evaluate(None, "dev1", cases, predictor=predictor,
                      measure_fn=lambda *a: timing([0.004] * a[2]),
-                     subnormal_fn=lambda spec, *a: 0.0, flushed_fn=flushed_fn)
+                     subnormal_fn=lambda spec, *a: SubnormalUses(0.0), flushed_fn=flushed_fn)
     assert "hwlat_flushed" not in plain.summary and len(flushed) == 1
 
 
@@ -472,3 +458,33 @@ def test_pace_anchor_scales_each_model_by_the_probe_beside_its_rounds(predictor,
     assert unprobed.anchor == "profile" and unprobed.drift is None
     assert unprobed.rows[0].predicted_ms == pytest.approx(plain.rows[0].predicted_ms)
     assert any("pace probe was not timed" in n for n in unprobed.notes)
+
+
+def test_subnormals_are_priced_where_the_device_measured_their_cost(predictor):
+    """With a measured cost, the slow path joins the prediction; "hwlat_flushed" scores the
+    prediction without it against the flushed timing."""
+    import copy
+    import dataclasses
+
+    priced = copy.copy(predictor)
+    priced.device = dataclasses.replace(
+        predictor.device, peaks={**predictor.device.peaks,
+                                 "subnormal": {"reuse_ns": 2.0, "block_ns": 100.0}})
+    cases = [EvalCase(spec, SMALL) for spec in SPECS]
+    uses = {"torchvision:squeezenet1_1": SubnormalUses(0.05, {"conv": 1e6}, {"eltwise": 1e4}),
+            "torchvision:resnet18": SubnormalUses(0.0)}
+    kw = dict(measure_fn=lambda *a: timing([0.004] * a[2]),
+              subnormal_fn=lambda spec, *a: uses[spec],
+              flushed_fn=lambda spec, inputs, runs, *a: timing([0.002] * runs))
+    plain = evaluate(None, "dev1", cases, predictor=predictor, **kw)
+    report = evaluate(None, "dev1", cases, predictor=priced, **kw)
+    squeeze, resnet = report.rows
+    assert squeeze.subnormal_ms == pytest.approx(2.0 + 1.0)  # 1e6 x 2 ns + 1e4 x 100 ns
+    assert squeeze.predicted_ms == pytest.approx(plain.rows[0].predicted_ms + 3.0)
+    assert squeeze.predicted_flushed_ms == pytest.approx(plain.rows[0].predicted_ms)
+    assert resnet.subnormal_ms is None and resnet.predicted_ms == plain.rows[1].predicted_ms
+    assert report.summary["hwlat_flushed"] == plain.summary["hwlat_flushed"]
+    assert report.summary["hwlat"] != plain.summary["hwlat"]
+    (note,) = [n for n in report.notes if "subnormal" in n]
+    assert "hwlat priced their slow path at 3 ms" in note
+    assert json.loads(json.dumps(report.to_json()))["models"][0]["predicted_flushed_ms"] > 0

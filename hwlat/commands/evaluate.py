@@ -7,6 +7,7 @@ from rich.table import Table
 
 from hwlat.commands.common import json_option, open_db, parse_inputs, write_plot
 from hwlat.output import dim, emit_json, escape, stderr, stdout
+from kernels_db.build import measure_subnormal_once
 from predictor.devices import choose_device, require_this_machine
 from predictor.evaluate import (
     ANCHORS,
@@ -62,6 +63,12 @@ def evaluate_cmd(ctx, models, device, threads, holdout_families, batches, inputs
     with open_db(ctx, readonly=True) as db:
         row = choose_device(db, device, threads=threads)
         require_this_machine(row)
+    if row.kind == "cpu" and row.peaks and not row.peaks.get("subnormal"):
+        if progress:
+            progress("measuring what a subnormal value costs this CPU (once, ~1 s)")
+        with open_db(ctx) as db:
+            measure_subnormal_once(db, row.id, row.threads)
+    with open_db(ctx, readonly=True) as db:
         report = evaluate(db, row.id, cases, runs=runs, warmup=warmup, rounds=rounds,
                           anchor=anchor, progress=progress)
     if plot:
@@ -91,7 +98,7 @@ def _inputs_for(spec: str, inputs: tuple[str, ...], batch: int) -> tuple[str, ..
 
 
 SUMMARY_LABELS = {"flops": "FLOPs-linear", "hwlat_profile_anchor": "hwlat, profile anchor",
-                  "hwlat_flushed": "hwlat vs subnormals flushed", "remeasurement": "re-measurement"}
+                  "hwlat_flushed": "hwlat, subnormals flushed", "remeasurement": "re-measurement"}
 
 
 def show(report: EvalReport) -> None:

@@ -22,10 +22,14 @@ from profilers.errors import HwlatError
 @click.option("--channels-last", is_flag=True, help="Run 4-d tensors in channels_last.")
 @click.option("--strict", is_flag=True, help="Fail on ops hwlat cannot model.")
 @click.option("--retrain", is_flag=True, help="Retrain the device's models even if cached.")
+@click.option("--values/--no-values", default=None,
+              help="Run each model once here with its weights to count the subnormal floats it "
+                   "computes, and add what they cost the device's CPU (default: on for a CPU "
+                   "device whose profile measured that cost; fp32 only).")
 @json_option
 @click.pass_context
 def predict(ctx, models, device, inputs, batch, dtype, threads, channels_last, strict, retrain,
-            as_json):
+            values, as_json):
     """Predict the latency of MODELS (specs: torchvision:NAME, timm:NAME, hf:TYPE, file.py:FN,
     model.pt2) on a profiled device. With several MODELS, one that cannot be predicted is reported
     in its place (with --json, as {"spec", "error"}), the others are still predicted, and the
@@ -35,10 +39,13 @@ def predict(ctx, models, device, inputs, batch, dtype, threads, channels_last, s
         predictor = Predictor.for_device(db, row.id, retrain=retrain,
                                          progress=None if as_json else dim)
     specs = parse_inputs(inputs)
+    if values is None:
+        values = (row.kind == "cpu" and dtype == "float32"
+                  and bool((row.peaks or {}).get("subnormal")))
 
     def one(model: str) -> Prediction:
         return predictor.predict_spec(model, inputs=specs, batch=batch, dtype=dtype,
-                                      strict=strict, channels_last=channels_last)
+                                      strict=strict, channels_last=channels_last, values=values)
 
     if len(models) == 1:  # its error is the command's: one line, exit 1 (hwlat.cli)
         try:

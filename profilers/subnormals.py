@@ -1,0 +1,264 @@
+"""Subnormal floats: how many one forward pass uses, and what each use costs on this CPU.
+
+Op timings run on random inputs, which hold no subnormal value, and a capture on fake tensors
+has no values at all; but a model whose activations underflow (Swin's -100 mask before a
+softmax, random weights that shrink activations layer by layer) runs its CPU's slow path for
+them. On the 2-vCPU Intel Xeon of 2026-12-05 that took swin_t at 1x3x160x160 from 66 ms to
+169 ms and hf:mobilevit from 62 ms to 853 ms (1 thread); an AMD EPYC VM nearly did not pay it.
+
+What a use costs depends on how the kernel meets the value. Timed alone on that Xeon (1 thread,
+1%, 10% and 50% of the inputs subnormal; `benchmarks/subnormal_cost.py`):
+- A matmul or convolution pays per multiply-add that reads one: a subnormal input element costs
+  about as many slow steps as the op reuses it (`reuse`: the op's FLOPs / 2 / the input's
+  elements; N for the activations of a linear layer). Per reuse: 2.1-2.3 ns (linear
+  196x384 by 384x384), 2.4-2.9 ns (bmm), 2.1-2.3 ns (3x3 conv), the same at every share. A 1x1
+  convolution paid per vector instead (34 ns at 1%, 4.5 ns at 50%).
+- An elementwise op, a norm or a softmax pays per vector instruction that holds one: per block
+  of 16 float32 values (64 bytes) holding a subnormal, read or written, 12-136 ns (add, mul,
+  silu, gelu), saturating once every block holds one.
+- A copy, a view or a concatenation does no arithmetic and paid nothing (1.0x).
+Inside swin_t (the in-model time of each op with and without `torch.set_flush_denormal(True)`),
+its linear layers paid 2.4 ns per reuse of a subnormal input and its attention matmuls 1.5; in
+mobilevit the linear layers 4.0 (their outputs underflow too) and the convolutions 2.6.
+
+So a device's cost is two numbers measured on it (`measure_cost`): ns per reuse in the matmul
+families and ns per block elsewhere; and a model's uses are two counts per family from one real
+forward pass (`count_uses`). Their product is what `predictor.e2e` adds to a CPU prediction.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from profilers import ops
+
+BLOCK = 16  # float32 values per 64-byte vector register: what one instruction reads or writes
+# families whose kernels multiply-add each input element many times (`reuse`)
+REUSE_FAMILIES = ("conv", "matmul", "attention", "rnn")
+# families that move values without arithmetic, and ops that do nothing: no slow path
+FREE_FAMILIES = ("data", "free")
+
+
+@dataclass
+class SubnormalUses:
+    """The subnormal values one forward pass uses: per op family, subnormal inputs times their
+    reuse (`REUSE_FAMILIES`), and 16-value blocks holding one, read or written (the others)."""
+
+    share: float = 0.0  # of the floating-point values its ops write
+    reuse: dict[str, float] = field(default_factory=dict)
+    blocks: dict[str, float] = field(default_factory=dict)
+
+    def scaled(self, k: float) -> SubnormalUses:
+        """The uses of `k` times the work (a batch of k where this counted one)."""
+        return SubnormalUses(self.share, {f: v * k for f, v in self.reuse.items()},
+                             {f: v * k for f, v in self.blocks.items()})
+
+    def to_json(self) -> dict:
+        return {"share": self.share, "reuse": self.reuse, "blocks": self.blocks}
+
+    @classmethod
+    def from_json(cls, d: dict) -> SubnormalUses:
+        return cls(d.get("share", 0.0), dict(d.get("reuse", {})), dict(d.get("blocks", {})))
+
+
+def price(uses: SubnormalUses, cost: dict) -> dict[str, float]:
+    """Seconds of slow path per family: `uses` at a device's measured `cost` (`measure_cost`)."""
+    out: dict[str, float] = {}
+    for counts, ns in ((uses.reuse, cost["reuse_ns"]), (uses.blocks, cost["block_ns"])):
+        for family, n in counts.items():
+            if n > 0:
+                out[family] = out.get(family, 0.0) + n * ns * 1e-9
+    return out
+
+
+def _subnormal(t: torch.Tensor) -> torch.Tensor:
+    return (t != 0) & (t.abs() < torch.finfo(t.dtype).tiny)
+
+
+def _floats(value: Any) -> list[torch.Tensor]:
+    items = value if isinstance(value, (tuple, list)) else (value,)
+    return [t for t in items if isinstance(t, torch.Tensor) and t.is_floating_point()
+            and t.numel() and t.device.type == "cpu"]
+
+
+def _blocks(mask: torch.Tensor) -> int:
+    """16-value blocks of `mask`, in memory order, holding at least one True."""
+    flat = mask.contiguous().reshape(-1)
+    pad = (-flat.numel()) % BLOCK
+    if pad:
+        flat = torch.cat([flat, flat.new_zeros(pad)])
+    return int(flat.reshape(-1, BLOCK).any(1).sum())
+
+
+def _passes_through(func: Any, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> bool:
+    """Whether an op handed an input back as its output without writing it (dropout at
+    inference: swin_t's 48 held 229,532 subnormal values and paid 0.05 ms for them all); an
+    in-place op (relu_, add_) hands its input back too, written."""
+    if func._schema.is_mutable:
+        return False
+    starts = {t.data_ptr() for t in ins}
+    return bool(outs) and all(t.data_ptr() in starts for t in outs)
+
+
+class _Counter:
+    """A dispatch mode's body: counts each non-view op's subnormal inputs and outputs. An op's
+    output keeps its count for the ops that read it (a view is counted where it is read)."""
+
+    def __init__(self) -> None:
+        self.uses = SubnormalUses()
+        self.written = [0, 0]  # subnormal, all floating-point values written
+        self._seen: dict[int, tuple[weakref.ref, tuple[int, int]]] = {}  # id(tensor) ->
+
+    def _count(self, t: torch.Tensor, written: bool = False) -> tuple[int, int]:
+        """(subnormal values, 16-value blocks holding one) of `t`: counted afresh where an op
+        has just `written` it (in place too), else as counted when it was written."""
+        seen = self._seen.get(id(t))
+        if written or seen is None or seen[0]() is not t:  # a new tensor may reuse a dead id
+            mask = _subnormal(t)
+            sub = int(mask.sum())
+            seen = self._seen[id(t)] = (weakref.ref(t), (sub, _blocks(mask) if sub else 0))
+        return seen[1]
+
+    def record(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        if getattr(func, "is_view", False):  # an alias of values already counted
+            return
+        outs = _floats(out)
+        ins = [t for a in (*args, *kwargs.values()) for t in _floats(a)]
+        if _passes_through(func, ins, outs):
+            return
+        read = [self._count(t) for t in ins]  # before an in-place op's output is counted
+        for t in outs:
+            self.written[0] += self._count(t, written=True)[0]
+            self.written[1] += t.numel()
+        family = ops.family_of(str(func))
+        if family in FREE_FAMILIES:
+            return
+        if family in REUSE_FAMILIES:
+            from profilers.capture import _output_specs
+            from profilers.oprecord import OpRecord
+
+            n, flops = 0.0, None
+            for t, (sub, _) in zip(ins, read, strict=True):
+                if not sub:
+                    continue
+                if flops is None:
+                    flops = ops.flops_of(OpRecord.of_call(func, args, kwargs, _output_specs(out),
+                                                          ""))
+                n += sub * max(1.0, flops / 2 / t.numel())
+            if n:
+                self.uses.reuse[family] = self.uses.reuse.get(family, 0.0) + n
+            return
+        n = sum(blocks for _, blocks in read) + sum(self._count(t)[1] for t in outs)
+        if n:
+            self.uses.blocks[family] = self.uses.blocks.get(family, 0.0) + n
+
+
+def count_uses(model: torch.nn.Module, args: Sequence[Any]) -> SubnormalUses:
+    """The subnormal values `model(*args)` uses, from one real forward pass (inference mode)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    counter = _Counter()
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            counter.record(func, args, kwargs or {}, out)
+            return out
+
+    with torch.inference_mode(), Count():
+        model(*args)
+    sub, total = counter.written
+    counter.uses.share = sub / total if total else 0.0
+    return counter.uses
+
+
+def uses_of_spec(spec: str, inputs: list[str] | None = None, *, batch: int | None = None,
+                 dtype: str = "float32", device: str = "cpu",
+                 threads: int | None = None) -> SubnormalUses:
+    """`count_uses` of a model spec built for real (its own weights, random inputs)."""
+    from profilers.modelbench import prepare
+    from profilers.timer import thread_count
+
+    with thread_count(threads):
+        model, args = prepare(spec, inputs, batch=batch, dtype=dtype, device=device)
+        return count_uses(model, args)
+
+
+def uses_of_spec_isolated(spec: str, inputs: list[str] | None = None, *,
+                          threads: int | None = None, **kw: Any) -> SubnormalUses:
+    """`uses_of_spec` in a fresh child process, like the timings it explains."""
+    from profilers.modelbench import _in_child
+
+    return _in_child(uses_of_spec, spec, inputs, threads, **kw)
+
+
+# ------------------------------------------------------------------ what a use costs here
+
+COST_SHARE = 0.1  # of the inputs made subnormal: where every kernel above was still linear in it
+
+
+def _with_subnormals(shape: tuple[int, ...], share: float, gen: torch.Generator) -> torch.Tensor:
+    x = torch.randn(shape, generator=gen)
+    pick = torch.rand(shape, generator=gen) < share
+    return torch.where(pick, torch.sign(x) * 3e-39, x)
+
+
+def _median_s(fn: Callable[[], Any], budget_s: float) -> float:
+    for _ in range(2):
+        fn()
+    samples = []
+    end = time.perf_counter() + budget_s
+    while len(samples) < 5 or (time.perf_counter() < end and len(samples) < 51):
+        t = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t)
+    return statistics.median(samples)
+
+
+def measure_cost(threads: int | None = None, budget_s: float = 1.5) -> dict:
+    """ns of slow path per reuse of a subnormal input in a matmul (a 196x384 by 384x384 linear,
+    10% of its activations subnormal, against none) and per 16-value block holding a subnormal
+    in an elementwise op (silu and add on 1x64x56x56, the median of the two), on this CPU at
+    `threads`. A cost under the timing noise comes out 0."""
+    from profilers.timer import thread_count
+
+    gen = torch.Generator().manual_seed(0)
+    share_s = budget_s / 6
+    with thread_count(threads) as used, torch.inference_mode():
+        w = torch.randn(384, 384, generator=gen) * 0.05
+        plain, sub = (_with_subnormals((196, 384), s, gen) for s in (0.0, COST_SHARE))
+        extra = (_median_s(lambda: torch.nn.functional.linear(sub, w), share_s)
+                 - _median_s(lambda: torch.nn.functional.linear(plain, w), share_s))
+        reuse_ns = max(extra, 0.0) / (int(_subnormal(sub).sum()) * w.shape[0]) * 1e9
+        block = []
+        for fn in (torch.nn.functional.silu, lambda x: x + 1.0):
+            plain, sub = (_with_subnormals((1, 64, 56, 56), s, gen) for s in (0.0, COST_SHARE))
+            extra = (_median_s(lambda f=fn, x=sub: f(x), share_s)
+                     - _median_s(lambda f=fn, x=plain: f(x), share_s))
+            uses = _blocks(_subnormal(sub)) + _blocks(_subnormal(fn(sub)))
+            block.append(max(extra, 0.0) / uses * 1e9)
+    return {"reuse_ns": round(reuse_ns, 3), "block_ns": round(statistics.median(block), 2),
+            "threads": used, "share": COST_SHARE}
+
+
+
+
+def uses_at_batch_one(spec: str, inputs: Sequence[Any], *, dtype: str = "float32"
+                      ) -> SubnormalUses:
+    """`uses_of_spec` at `inputs` (InputSpecs), run at batch 1 and scaled to their batch: a
+    sample's values do not depend on the others' at inference, and swin_t at 224 px counts in
+    2.6 s at batch 1 and 6.6 s at batch 8."""
+    from profilers.specs import with_batch
+
+    lead = inputs[0].shape[0] if inputs and inputs[0].shape else 1
+    if lead > 1:
+        return uses_of_spec(spec, [str(i) for i in with_batch(list(inputs), 1)],
+                            dtype=dtype).scaled(lead)
+    return uses_of_spec(spec, [str(i) for i in inputs] or None, dtype=dtype)

@@ -1,0 +1,93 @@
+"""profilers.subnormals: counting the subnormal values a forward pass uses, and pricing them."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from profilers.specs import parse_input_spec
+from profilers.subnormals import SubnormalUses, count_uses, measure_cost, price, uses_of_spec
+
+TINY = 1e-39  # below float32's smallest normal, 1.18e-38
+
+
+class Shrink(torch.nn.Module):
+    """x * 1e-39 (an elementwise op writing subnormals), a view, a dropout handing its input
+    back, then a 8 -> 4 linear reading them (each input value multiplied into 4 outputs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+        self.drop = torch.nn.Dropout(0.1)
+
+    def forward(self, x):
+        y = self.drop((x * TINY).view(-1, 8))
+        return self.fc(y)
+
+
+def test_uses_count_reuse_in_a_matmul_and_blocks_elsewhere():
+    model = Shrink().eval()
+    x = torch.randn(3, 8) + 5.0  # no zeros: every product is subnormal
+    uses = count_uses(model, [x])
+    # the mul writes 24 subnormals, in 2 blocks of 16; the linear reads them 4 times each
+    assert uses.blocks == {"eltwise": 2}
+    assert list(uses.reuse) == ["matmul"] and uses.reuse["matmul"] == pytest.approx(24 * 4)
+    # written: mul 24 (all subnormal), linear 12 (normal: the bias); views and the dropout's
+    # pass-through are not counted again
+    assert uses.share == pytest.approx(24 / 36)
+
+
+def test_a_model_without_subnormals_uses_none():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    uses = count_uses(model, [torch.randn(2, 8)])
+    assert uses == SubnormalUses(0.0, {}, {})
+
+
+def test_price_scaled_and_json_round_trip():
+    uses = SubnormalUses(0.02, {"matmul": 1e6, "conv": 5e5}, {"eltwise": 1000})
+    cost = {"reuse_ns": 2.0, "block_ns": 100.0}
+    assert price(uses, cost) == pytest.approx({"matmul": 2e-3, "conv": 1e-3, "eltwise": 1e-4})
+    assert price(uses.scaled(8), cost)["matmul"] == pytest.approx(16e-3)
+    assert SubnormalUses.from_json(uses.to_json()) == uses
+
+
+def test_a_spec_is_counted_with_its_weights_and_at_batch_one_scaled(tmp_path):
+    from profilers.subnormals import uses_at_batch_one
+
+    (tmp_path / "under.py").write_text(
+        "import torch\n"
+        "class Under(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(64, 2)\n"
+        "    def forward(self, x):\n"  # exp(-100) = 3.7e-44: subnormal
+        "        return self.fc(torch.exp(x.abs() * 0 - 100))\n"
+        "def make():\n"
+        "    return Under()\n")
+    spec = f"{tmp_path / 'under.py'}:make"
+    one = uses_of_spec(spec, ["1x64"], threads=1)
+    assert one.reuse == {"matmul": pytest.approx(64 * 2)}
+    assert one.blocks == {"eltwise": 4}  # exp writes 64 subnormals: 4 blocks
+    four = uses_at_batch_one(spec, [parse_input_spec("4x64")])
+    assert four.reuse == {"matmul": pytest.approx(4 * 64 * 2)} and four.blocks == {"eltwise": 16}
+    assert uses_of_spec("torchvision:resnet18", ["1x3x32x32"], threads=1).share == 0.0
+
+
+def test_measure_cost_gives_both_costs():
+    cost = measure_cost(threads=1, budget_s=0.3)
+    assert set(cost) == {"reuse_ns", "block_ns", "threads", "share"}
+    assert cost["threads"] == 1
+    assert all(math.isfinite(cost[k]) and cost[k] >= 0 for k in ("reuse_ns", "block_ns"))
+
+
+def test_an_in_place_op_is_counted_where_a_pass_through_is_not():
+    class InPlace(torch.nn.Module):
+        def forward(self, x):
+            y = x * TINY  # 16 subnormals written: 1 block
+            return torch.nn.functional.dropout(y, 0.5, training=False).add_(TINY)
+
+    uses = count_uses(InPlace().eval(), [torch.rand(1, 16) + 1.0])
+    # mul writes 1 block; add_ reads 1 and writes 1 (x * 1e-39 + 1e-39 is still subnormal)
+    assert uses.blocks == {"eltwise": 3}
