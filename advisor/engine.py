@@ -134,6 +134,25 @@ def measured_spread(db: KernelDB, device_id: str) -> Spread:
 # ------------------------------------------------------------------------------ advise
 
 
+def subnormal_note(loaded: Any, device: Any) -> str | None:
+    """What the subnormal values of the model as deployed cost a CPU device, counted in one
+    forward pass (`profilers.subnormals`), where the device's profile measured their cost; the
+    levers' latencies leave that slow path out (each variant computes other values)."""
+    cost = (device.peaks or {}).get("subnormal") if device.kind == "cpu" else None
+    if not cost:
+        return None
+    from profilers.subnormals import count_uses, price
+
+    uses = count_uses(loaded.model, loaded.make_inputs("cpu"))
+    slow_ms = sum(price(uses, cost).values()) * 1e3
+    if uses.share <= 0 or slow_ms <= 0:
+        return None
+    return (f"{uses.share:.2%} of the values its forward pass computes are subnormal: on this "
+            f"CPU their slow path adds about {slow_ms:.3g} ms to the baseline, left out of "
+            "every latency above (`hwlat predict` includes it); torch.set_flush_denormal(True) "
+            "removes it")
+
+
 class _Advisor:
     def __init__(self, db: KernelDB, req: AdviceRequest, progress: ProgressFn | None) -> None:
         self.db, self.req = db, req
@@ -172,6 +191,8 @@ class _Advisor:
         notes = [f"{req.percentile} without load: {self.spread.basis}" if req.rate is None else
                  f"percentiles from the serving simulator ({req.sim_requests} Poisson requests, "
                  f"seed {req.seed}); compute noise: {self.spread.basis}"]
+        if req.dtype == "float32" and (line := subnormal_note(loaded, self.device)):
+            notes.append(line)
         return Advice(req, self.device.id, baseline, base, diagnosis, rank(results), skipped,
                       self.spread, simulation, notes=notes, context=ctx)
 

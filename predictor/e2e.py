@@ -486,12 +486,19 @@ class Predictor:
         subnormal values it computes and price their slow path (`predict_captured`)."""
         captured = capture_spec(spec, inputs=inputs, batch=batch, device_type=self.device.kind,
                                 dtype=dtype, channels_last=channels_last)
-        uses = None
+        uses, why = None, ""
         if values and self.device.kind == "cpu":
             from profilers.subnormals import uses_at_batch_one
 
-            uses = uses_at_batch_one(spec, captured.inputs, dtype=dtype)
-        return self.predict_captured(captured, strict=strict, subnormals=uses)
+            try:
+                uses = uses_at_batch_one(spec, captured.inputs, dtype=dtype)
+            except (HwlatError, RuntimeError, MemoryError) as e:  # too large to build, say
+                why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        p = self.predict_captured(captured, strict=strict, subnormals=uses)
+        if why:
+            p.notes.append(f"its subnormal values were not counted (the forward pass with "
+                           f"weights failed: {why}); any slow path for them is not priced")
+        return p
 
     def predict_captured(self, captured: CapturedModel, *, strict: bool = False,
                          subnormals: SubnormalUses | None = None) -> Prediction:

@@ -238,3 +238,30 @@ def test_spearman():
     assert spearman([1.0, 2.0, 3.0], [10.0, 20.0, 30.0]) == pytest.approx(1.0)
     assert spearman([1.0, 2.0, 3.0], [3.0, 2.0, 1.0]) == pytest.approx(-1.0)
     assert spearman([1.0, 2.0], [1.0, 2.0]) is None
+
+
+def test_advise_notes_the_slow_path_of_a_model_computing_subnormals(tmp_path):
+    import dataclasses
+
+    from advisor.engine import subnormal_note
+    from kernels_db.store import DeviceRow
+    from profilers.specs import load_model, parse_input_spec
+
+    (tmp_path / "under.py").write_text(
+        "import torch\n"
+        "class Under(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(64, 64)\n"
+        "    def forward(self, x):\n"  # exp(-100) = 3.7e-44: subnormal
+        "        return self.fc(torch.exp(x.abs() * 0 - 100))\n"
+        "def make():\n"
+        "    return Under()\n")
+    loaded = load_model(f"{tmp_path / 'under.py'}:make", inputs=[parse_input_spec("2x64")])
+    fields = {f.name: None for f in dataclasses.fields(DeviceRow)}
+    cpu = DeviceRow(**{**fields, "id": "d", "kind": "cpu",
+                       "peaks": {"subnormal": {"reuse_ns": 2.0, "block_ns": 100.0}}})
+    note = subnormal_note(loaded, cpu)
+    assert note and "slow path adds about" in note and "set_flush_denormal" in note
+    assert subnormal_note(loaded, dataclasses.replace(cpu, peaks={})) is None  # no cost measured
+    assert subnormal_note(loaded, dataclasses.replace(cpu, kind="cuda")) is None

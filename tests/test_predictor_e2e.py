@@ -545,3 +545,16 @@ def test_predict_spec_with_values_counts_them_in_a_real_forward(predictor):
     p = predictor.predict_spec("torchvision:resnet18", inputs=SMALL_INPUT, values=True)
     assert p.subnormal_ms is None  # random weights and inputs: no subnormal at all
     assert p.p50_ms == predictor.predict_spec("torchvision:resnet18", inputs=SMALL_INPUT).p50_ms
+
+
+def test_a_value_pass_that_cannot_run_is_a_note_not_a_failure(predictor, monkeypatch):
+    from profilers import subnormals
+    from profilers.errors import SpecError
+
+    def too_large(*a, **kw):
+        raise SpecError("x: its weights take 26.4 GB")
+
+    monkeypatch.setattr(subnormals, "uses_at_batch_one", too_large)
+    p = predictor.predict_spec("torchvision:resnet18", inputs=SMALL_INPUT, values=True)
+    assert p.p50_ms > 0 and p.subnormal_ms is None
+    assert any("not counted" in n and "26.4 GB" in n for n in p.notes)
