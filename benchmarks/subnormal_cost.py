@@ -8,7 +8,8 @@ subnormal against none: the extra time per reuse of a subnormal input (the matmu
 per 16-value block holding one, read or written (the others). Then, for each SPEC INPUT pair, the
 model's ops timed inside it (median of 7 passes under a dispatch mode) with and without
 `torch.set_flush_denormal(True)`: the extra time per op kind against the price `count_uses` and
-`measure_cost` give it. One process, nothing else timing meanwhile; about 10 s per model.
+`measure_cost` give it (at 1 thread only: at more, flushing does not reach the OpenMP workers
+already started). One process, nothing else timing meanwhile; about 10 s per model.
 
 On the Intel Xeon of 2026-12-05 (1 thread): linear, bmm and 3x3 conv 2.1-2.9 ns per reuse at
 every share; a 1x1 conv 34 ns at 1%, 4.5 at 50% (per vector); add, mul, silu and gelu 12-136 ns per
@@ -139,6 +140,11 @@ def main(argv: list[str]) -> None:
         op_table()
     cost = measure_cost(threads)
     print(f"\nmeasure_cost: {cost}")
+    if threads > 1 and argv[1:]:
+        # torch.set_flush_denormal reaches OpenMP workers started after it only
+        # (profilers.modelbench.time_forward): the flushed pass would still run their slow path
+        sys.exit("the in-model comparison needs 1 thread: at more, flushing subnormals does not "
+                 "reach the OpenMP workers already started")
     for spec, inp in zip(argv[1::2], argv[2::2], strict=True):
         in_model(spec, inp, cost)
 

@@ -51,7 +51,7 @@ class SubnormalUses:
     """The subnormal values one forward pass uses: per op family, subnormal inputs times their
     reuse (`REUSE_FAMILIES`), and 16-value blocks holding one, read or written (the others)."""
 
-    share: float = 0.0  # of the floating-point values its ops write
+    share: float = 0.0  # of the float32 values its ops write
     reuse: dict[str, float] = field(default_factory=dict)
     blocks: dict[str, float] = field(default_factory=dict)
 
@@ -83,8 +83,11 @@ def _subnormal(t: torch.Tensor) -> torch.Tensor:
 
 
 def _floats(value: Any) -> list[torch.Tensor]:
+    """The float32 CPU tensors in `value`: the cost is measured in float32 only (PyTorch's CPU
+    kernels mostly widen 16-bit floats to float32, where a float16 subnormal is normal; a
+    bfloat16 one is not, and goes uncounted)."""
     items = value if isinstance(value, (tuple, list)) else (value,)
-    return [t for t in items if isinstance(t, torch.Tensor) and t.is_floating_point()
+    return [t for t in items if isinstance(t, torch.Tensor) and t.dtype == torch.float32
             and t.numel() and t.device.type == "cpu"]
 
 
@@ -113,7 +116,7 @@ class _Counter:
 
     def __init__(self) -> None:
         self.uses = SubnormalUses()
-        self.written = [0, 0]  # subnormal, all floating-point values written
+        self.written = [0, 0]  # subnormal, all float32 values written
         self._seen: dict[int, tuple[weakref.ref, tuple[int, int]]] = {}  # id(tensor) ->
 
     def _count(self, t: torch.Tensor, written: bool = False) -> tuple[int, int]:
