@@ -60,13 +60,6 @@ class SubnormalUses:
         return SubnormalUses(self.share, {f: v * k for f, v in self.reuse.items()},
                              {f: v * k for f, v in self.blocks.items()})
 
-    def to_json(self) -> dict:
-        return {"share": self.share, "reuse": self.reuse, "blocks": self.blocks}
-
-    @classmethod
-    def from_json(cls, d: dict) -> SubnormalUses:
-        return cls(d.get("share", 0.0), dict(d.get("reuse", {})), dict(d.get("blocks", {})))
-
 
 def price(uses: SubnormalUses, cost: dict) -> dict[str, float]:
     """Seconds of slow path per family: `uses` at a device's measured `cost` (`measure_cost`)."""
@@ -92,7 +85,7 @@ def _floats(value: Any) -> list[torch.Tensor]:
 
 
 def _blocks(mask: torch.Tensor) -> int:
-    """16-value blocks of `mask`, in memory order, holding at least one True."""
+    """16-value blocks of `mask`, in row-major order, holding at least one True."""
     flat = mask.contiguous().reshape(-1)
     pad = (-flat.numel()) % BLOCK
     if pad:
