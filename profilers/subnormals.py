@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from profilers import ops
+from profilers import ops, pace
 
 BLOCK = 16  # float32 values per 64-byte vector register: what one instruction reads or writes
 # families whose kernels multiply-add each input element many times (`reuse`)
@@ -240,8 +240,10 @@ def measure_cost(threads: int | None = None, budget_s: float = 1.5) -> dict:
                      - _median_s(lambda f=fn, x=plain: f(x), share_s))
             uses = _blocks(_subnormal(sub)) + _blocks(_subnormal(fn(sub)))
             block.append(max(extra, 0.0) / uses * 1e9)
+        run = pace.probe()
+        pace_ms = min(run(), run()) * 1e3  # the machine's pace meanwhile (profilers.pace)
     return {"reuse_ns": round(reuse_ns, 3), "block_ns": round(statistics.median(block), 2),
-            "threads": used, "share": COST_SHARE}
+            "threads": used, "share": COST_SHARE, "pace_ms": round(pace_ms, 4)}
 
 
 

@@ -488,3 +488,24 @@ def test_subnormals_are_priced_where_the_device_measured_their_cost(predictor):
     (note,) = [n for n in report.notes if "subnormal" in n]
     assert "hwlat priced their slow path at 3 ms" in note
     assert json.loads(json.dumps(report.to_json()))["models"][0]["predicted_flushed_ms"] > 0
+
+
+def test_the_slow_path_is_scaled_from_the_pace_its_cost_was_timed_at(predictor):
+    """A cost timed by an evaluation is at that moment's pace: the pace anchor's factor (now /
+    the profile's pace) times the profile's pace / the cost's scales it from its own pace."""
+    import copy
+    import dataclasses
+
+    from predictor.evaluate import Drift, _cost_pace
+
+    priced = copy.copy(predictor)
+    priced.device = dataclasses.replace(
+        predictor.device, peaks={**predictor.device.peaks, "subnormal": {
+            "reuse_ns": 2.0, "block_ns": 100.0, "pace_ms": 2.2}})
+    drift = Drift(1.1, 1.05, 1.15, [], (2.2, 2.0))  # now 2.2 ms, the profile's 2.0
+    assert _cost_pace(priced, drift) == pytest.approx(2.0 / 2.2)  # k x this = 1: timed now
+    assert _cost_pace(priced, None) == 1.0
+    assert _cost_pace(predictor, drift) == 1.0  # no cost, or one timed before its pace was
+    from profilers.subnormals import measure_cost
+
+    assert measure_cost(threads=1, budget_s=0.2)["pace_ms"] > 0

@@ -76,7 +76,7 @@ def test_a_spec_is_counted_with_its_weights_and_at_batch_one_scaled(tmp_path):
 
 def test_measure_cost_gives_both_costs():
     cost = measure_cost(threads=1, budget_s=0.3)
-    assert set(cost) == {"reuse_ns", "block_ns", "threads", "share"}
+    assert set(cost) == {"reuse_ns", "block_ns", "threads", "share", "pace_ms"}
     assert cost["threads"] == 1
     assert all(math.isfinite(cost[k]) and cost[k] >= 0 for k in ("reuse_ns", "block_ns"))
 
