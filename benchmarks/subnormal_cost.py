@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -39,17 +38,12 @@ from profilers.subnormals import (
     measure_cost,
     price,
 )
+from profilers.timer import measure
 
 
-def _median(fn, n: int = 15) -> float:
-    for _ in range(3):
-        fn()
-    samples = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t)
-    return statistics.median(samples)
+def _median(fn) -> float:
+    """The median of 15 timings after 3 warm-up runs (`profilers.timer.measure`)."""
+    return measure(fn, warmup=3, min_reps=15, max_reps=15).median_s
 
 
 W = torch.randn(384, 384) * 0.05

@@ -664,15 +664,15 @@ def measure_llc_once(db: KernelDB, device_id: str, device: str, threads: int | N
 def measure_subnormal_once(db: KernelDB, device_id: str, threads: int | None,
                            measure: Callable[[int | None], dict] | None = None) -> None:
     """Give a CPU profiled before `measure_peaks` timed what a subnormal value costs it the
-    measured cost (~1 s; `profilers.subnormals`): without it the predictor cannot price the
+    measured cost (~0.2 s; `profilers.subnormals`): without it the predictor cannot price the
     subnormals a model computes. Once: the peaks (part of the state token) are written once."""
-    from profilers.fingerprint import measure_subnormal_cost
+    from profilers.subnormals import measure_cost
 
     row = db.get_device(device_id)
     if row.kind != "cpu" or not row.peaks or row.peaks.get("subnormal"):
         return
     db.set_peaks(device_id, {**row.peaks,
-                             "subnormal": (measure or measure_subnormal_cost)(threads)})
+                             "subnormal": (measure or measure_cost)(threads)})
 
 
 def profile_device(db: KernelDB, settings: ProfileSettings,

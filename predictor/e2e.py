@@ -315,7 +315,10 @@ class Predictor:
                 self._cache[key] = OpEstimate(sum(e.p50_s for e in est), sum(e.lo_s for e in est),
                                               sum(e.hi_s for e in est), "model", est[-1].family)
 
-    def _notes(self, timed: list[tuple[OpRecord, OpEstimate]]) -> list[str]:
+    def _notes(self, timed: list[tuple[OpRecord, OpEstimate]],
+               values_counted: bool = False) -> list[str]:
+        """`values_counted`: the model's subnormal values were counted (`_add_subnormals` says
+        what they cost), so the guess from its mask pattern is not needed."""
         notes = []
         dtypes = {r.dtype for r, _ in timed if "float" in r.dtype} - self.profiled_dtypes
         if dtypes and self.profiled_dtypes:
@@ -323,9 +326,10 @@ class Predictor:
                          f"{self.device.id} (profiled: {', '.join(sorted(self.profiled_dtypes))});"
                          " those ops are extrapolated by the family models: profile with "
                          "--dtype to measure them")
-        if self.device.kind == "cpu" and (fill := _subnormal_mask([r for r, _ in timed])):
+        if (self.device.kind == "cpu" and not values_counted
+                and (fill := _subnormal_mask([r for r, _ in timed]))):
             notes.append(
-                f"{SUBNORMAL_MASK_NOTE}{fill.module or 'it'} fills a mask with {fill.args[2]:g} "
+                f"subnormals likely: {fill.module or 'it'} fills a mask with {fill.args[2]:g} "
                 f"({fill.op}) and "
                 "takes a softmax, as Swin does: the masked probabilities, exp of that, can be "
                 "subnormal in float32, and a CPU with a slow path for subnormals then runs the "
@@ -412,7 +416,8 @@ class Predictor:
     # ---------------------------------------------------------------------------- assembling
 
     def _assemble(self, records: Sequence[OpRecord], *, spec: str,
-                  correction: Correction, strict: bool = False) -> Prediction:
+                  correction: Correction, strict: bool = False,
+                  values_counted: bool = False) -> Prediction:
         self.estimate_ops(records)
         est = [self._cache[r.key] for r in records]
         if strict:
@@ -452,7 +457,7 @@ class Predictor:
                         "note": correction.note},
             sum_ops_ms=sum_s * 1e3, traffic_ms=traffic_s * 1e3, weights_ms=weights_s * 1e3,
             large_traffic_ms=large_s * 1e3,
-            notes=self._notes(timed),
+            notes=self._notes(timed, values_counted),
             roofline_ms=sum(roofline_s(r, self.models.peaks) for r, _ in timed) * 1e3)
 
     @staticmethod
@@ -504,10 +509,12 @@ class Predictor:
                          subnormals: SubnormalUses | None = None) -> Prediction:
         """`subnormals`: the values one real forward pass of the model used
         (`profilers.subnormals.count_uses`); on a CPU their slow path is added."""
-        p = self.predict_ops(captured.ops, spec=captured.spec, strict=strict)
+        counted = subnormals is not None and self.device.kind == "cpu"
+        p = self._assemble(captured.ops, spec=captured.spec, correction=self.correction,
+                           strict=strict, values_counted=counted)
         p.inputs = [str(i) for i in captured.inputs]
         p.capture_s = captured.capture_s
-        if subnormals is not None and self.device.kind == "cpu":
+        if counted:
             self._add_subnormals(p, subnormals)
         if captured.ran:
             p.notes.append("its forward reads tensor values, so its ops were recorded from one "
@@ -525,7 +532,6 @@ class Predictor:
     def _add_subnormals(self, p: Prediction, uses: SubnormalUses) -> None:
         """Price the subnormal values a forward pass used at the device's measured cost, into
         p50, the interval and the breakdown; say so, or that it could not be priced."""
-        p.notes = [n for n in p.notes if not n.startswith(SUBNORMAL_MASK_NOTE)]
         if uses.share <= 0:
             return
         cost = (self.device.peaks or {}).get("subnormal")
@@ -536,6 +542,10 @@ class Predictor:
                            "`hwlat profile` on it measures one")
             return
         by_family = price(uses, cost)
+        if not by_family:  # they were only copied or viewed: no arithmetic, no slow path
+            p.notes.append(f"{share}, but no op computes with them (copies and views only), "
+                           "so they cost nothing")
+            return
         extra_ms = sum(by_family.values()) * 1e3
         lo, hi = self.SUBNORMAL_BAND
         p.subnormal_ms = extra_ms
@@ -543,7 +553,7 @@ class Predictor:
         p.interval_ms = [p.interval_ms[0] + lo * extra_ms, p.interval_ms[1] + hi * extra_ms]
         p.per_family = dict(sorted({**p.per_family, SUBNORMAL_TERM: extra_ms}.items(),
                                    key=lambda kv: -kv[1]))
-        main = max(by_family, key=by_family.get) if by_family else "none"
+        main = max(by_family, key=by_family.get)
         p.notes.append(
             f"{share} (one forward pass here, with its weights): this CPU's slow path for them "
             f"adds {extra_ms:.3g} ms, most in its {main} ops (measured on {self.device.id}: "
@@ -569,7 +579,6 @@ class Predictor:
 # A fused attention kernel (scaled_dot_product_attention) never writes them out: hf:swin fills
 # its mask with -100 too and computed no subnormal at all
 SUBNORMAL_EXP = (-103.28, -87.34)
-SUBNORMAL_MASK_NOTE = "subnormals likely: "
 SOFTMAX_OPS = ("aten._softmax.default", "aten.softmax.int")
 
 

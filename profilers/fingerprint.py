@@ -382,6 +382,8 @@ def measure_peaks(
     spell read 12.4 GB/s (12-03), so every profile run times it again (`measure_stream_gbps`)
     and keeps the fastest.
     """
+    from profilers.subnormals import measure_cost
+
     kind, index = parse_device(device)
     if kind == "cuda" and (not torch.cuda.is_available() or index >= torch.cuda.device_count()):
         raise DeviceError(NO_GPU_MESSAGE)
@@ -393,8 +395,8 @@ def measure_peaks(
         copy_gbps, copy = _copy_gbps(dev, budget_s * 0.125)
         stream_gbps, stream = _stream_gbps(dev, budget_s * 0.125)
         llc_bytes = llc_from_sweep(_read_sweep(dev, budget_s * 0.125)) if kind == "cpu" else None
-        # what a subnormal value costs this CPU (GPUs compute them at full speed): ~0.6 s more
-        subnormal = measure_subnormal_cost(None) if kind == "cpu" else None
+        # what a subnormal value costs this CPU (GPUs compute them at full speed): ~0.2 s more
+        subnormal = measure_cost(None) if kind == "cpu" else None
     noise = {d: round(m.noise, 3) for d, (_, m) in matmuls.items()}
     return {
         "device": dev,
@@ -413,13 +415,6 @@ def measure_peaks(
         "the largest buffer a sum still reads at LLC_SPEEDUP x the speed beyond L3",
         "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-
-
-def measure_subnormal_cost(threads: int | None = None) -> dict:
-    """`profilers.subnormals.measure_cost` at `threads` (None: as they are)."""
-    from profilers.subnormals import measure_cost
-
-    return measure_cost(threads)
 
 
 def _dtype_supported(name: str, dev: str) -> bool:

@@ -29,7 +29,6 @@ forward pass (`count_uses`). Their product is what `predictor.e2e` adds to a CPU
 from __future__ import annotations
 
 import statistics
-import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from typing import Any
 import torch
 
 from profilers import ops, pace
+from profilers.timer import measure
 
 BLOCK = 16  # float32 values per 64-byte vector register: what one instruction reads or writes
 # families whose kernels multiply-add each input element many times (`reuse`)
@@ -195,6 +195,21 @@ def uses_of_spec_isolated(spec: str, inputs: list[str] | None = None, *,
     return _in_child(uses_of_spec, spec, inputs, threads, **kw)
 
 
+
+def uses_at_batch_one(spec: str, inputs: Sequence[Any], *, dtype: str = "float32"
+                      ) -> SubnormalUses:
+    """`uses_of_spec` at `inputs` (InputSpecs), run at batch 1 and scaled to their batch: a
+    sample's values do not depend on the others' at inference, and swin_t at 224 px counts in
+    2.6 s at batch 1 and 6.6 s at batch 8."""
+    from profilers.specs import with_batch
+
+    lead = inputs[0].shape[0] if inputs and inputs[0].shape else 1
+    if lead > 1:
+        return uses_of_spec(spec, [str(i) for i in with_batch(list(inputs), 1)],
+                            dtype=dtype).scaled(lead)
+    return uses_of_spec(spec, [str(i) for i in inputs] or None, dtype=dtype)
+
+
 # ------------------------------------------------------------------ what a use costs here
 
 COST_SHARE = 0.1  # of the inputs made subnormal: where every kernel above was still linear in it
@@ -207,15 +222,8 @@ def _with_subnormals(shape: tuple[int, ...], share: float, gen: torch.Generator)
 
 
 def _median_s(fn: Callable[[], Any], budget_s: float) -> float:
-    for _ in range(2):
-        fn()
-    samples = []
-    end = time.perf_counter() + budget_s
-    while len(samples) < 5 or (time.perf_counter() < end and len(samples) < 51):
-        t = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t)
-    return statistics.median(samples)
+    """The median of `fn`'s timings within `budget_s` (`profilers.timer.measure`)."""
+    return measure(fn, warmup=2, min_reps=5, max_reps=51, max_time_s=budget_s).median_s
 
 
 def measure_cost(threads: int | None = None, budget_s: float = 1.5) -> dict:
@@ -244,19 +252,3 @@ def measure_cost(threads: int | None = None, budget_s: float = 1.5) -> dict:
         pace_ms = min(run(), run()) * 1e3  # the machine's pace meanwhile (profilers.pace)
     return {"reuse_ns": round(reuse_ns, 3), "block_ns": round(statistics.median(block), 2),
             "threads": used, "share": COST_SHARE, "pace_ms": round(pace_ms, 4)}
-
-
-
-
-def uses_at_batch_one(spec: str, inputs: Sequence[Any], *, dtype: str = "float32"
-                      ) -> SubnormalUses:
-    """`uses_of_spec` at `inputs` (InputSpecs), run at batch 1 and scaled to their batch: a
-    sample's values do not depend on the others' at inference, and swin_t at 224 px counts in
-    2.6 s at batch 1 and 6.6 s at batch 8."""
-    from profilers.specs import with_batch
-
-    lead = inputs[0].shape[0] if inputs and inputs[0].shape else 1
-    if lead > 1:
-        return uses_of_spec(spec, [str(i) for i in with_batch(list(inputs), 1)],
-                            dtype=dtype).scaled(lead)
-    return uses_of_spec(spec, [str(i) for i in inputs] or None, dtype=dtype)

@@ -65,7 +65,7 @@ def evaluate_cmd(ctx, models, device, threads, holdout_families, batches, inputs
         require_this_machine(row)
     if row.kind == "cpu" and row.peaks and not row.peaks.get("subnormal"):
         if progress:
-            progress("measuring what a subnormal value costs this CPU (once, ~1 s)")
+            progress("measuring what a subnormal value costs this CPU (once, under a second)")
         with open_db(ctx) as db:
             measure_subnormal_once(db, row.id, row.threads)
     with open_db(ctx, readonly=True) as db:
