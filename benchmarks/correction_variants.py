@@ -4,8 +4,9 @@ of the same profile (no timing: captures only, ~25 s per pair on 2 cores).
 
     python benchmarks/correction_variants.py DB EVAL_JSON CACHE_HOME [DB EVAL_JSON CACHE_HOME ...]
 
-CACHE_HOME is the XDG_CACHE_HOME the evaluation ran with, so the op models are the ones it
-predicted with (the first line per pair says how closely the refit reproduces its predictions).
+VARIANTS_ONLY=WORD,WORD in the environment keeps "as fitted" and the variants whose names
+contain one of the words. CACHE_HOME is the XDG_CACHE_HOME the evaluation ran with, so the op
+models are the ones it predicted with (the first line per pair says how closely the refit reproduces its predictions).
 Per variant: held-out MAPE and share within 10% against the evaluation's measurements (those
 with subnormals flushed where the evaluation has them, as `hwlat evaluate` scores "hwlat vs
 subnormals flushed": hwlat predicts that run), the same
@@ -36,6 +37,11 @@ The variants (`VARIANTS`; one entry each):
   bytes read by the ops within the flush (their bytes less weights and outputs) at the copy
   bandwidth, of either sign: what `benchmarks/flush_kinds.py` found per family (alone, a small
   op reads from L3 the input it finds in L2 inside the model);
+- distinct configs, signed: a sixth term, the number of distinct op configs (each its own
+  kernel, whose code and primitive a model of many shapes may find cold), of either sign;
+- no cold-weight floor: the predictor before every op was floored at its cold weights' stream
+  time (`Predictor._cold_weights_s`, correction version 17): those ops' weights back in the
+  weight re-read term;
 - second stage, ridge / gradient-boosted: the five-term correction, then a model of its
   leave-one-family-out log residual from model-level features (each op family's share of the
   op sum, log op sum, time per op, traffic, weight and large-op time over the op sum, log batch),
@@ -95,6 +101,9 @@ class Setting:
     weights_by_share_s: float = 0.0  # the weight term, each op's part times its weight share
     weight_bound_s: float = 0.0  # the weight term of the ops whose weights are most of their bytes
     small_input_s: float = 0.0  # activations read by the ops within the timing's flush, at copy bw
+    n_distinct: int = 0  # distinct op configs among the timed ops (each its own kernel)
+    cold_extra_s: float = 0.0  # what the cold-weight floor (Predictor._cold_weights_s) adds
+    cold_weights_s: float = 0.0  # the weight re-read term of the ops that floor raises
 
 
 def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> Setting:
@@ -105,11 +114,17 @@ def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> 
     for _, e in timed:
         op_s[e.family] = op_s.get(e.family, 0.0) + e.p50_s
     conv = [(r, e) for r, e in timed if e.family == "conv"]
-    conv_weights_s = predictor._weights_s(conv, [ops.bytes_of(r) for r, _ in conv])
+    conv_bytes = [ops.bytes_of(r) for r, _ in conv]
+    conv_weights_s = predictor._weights_s(conv, conv_bytes, [
+        predictor._cold_weights_s(r, e, b) for (r, e), b in zip(conv, conv_bytes, strict=True)])
     weight_bytes = sum(r.weight_bytes for r, e in timed if e.family != "data")
     footprint = max(0.0, 1 - predictor._llc_bytes / weight_bytes) if weight_bytes else 0.0
     batch = captured.inputs[0].shape[0] if captured.inputs and captured.inputs[0].shape else 1
-    by_share = bound = small_input = 0.0
+    by_share = bound = small_input = cold_extra = cold_weights = 0.0
+    for r, e in timed:
+        if cold := predictor._cold_weights_s(r, e, ops.bytes_of(r)):
+            cold_extra += cold - e.p50_s
+            cold_weights += r.weight_bytes / predictor._bytes_per_s
     for r, _ in timed:
         nbytes = ops.bytes_of(r)
         if nbytes <= predictor._large_op_bytes:  # inside a model its input is hot from the op before
@@ -124,7 +139,8 @@ def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> 
     terms = np.array([p.sum_ops_ms / 1e3, p.n_timed_ops, p.traffic_ms / 1e3, p.weights_ms / 1e3,
                       p.large_traffic_ms / 1e3])
     return Setting(family, measured_s, terms, op_s, conv_weights_s, footprint, int(batch),
-                   by_share, bound, small_input / predictor._bytes_per_s)
+                   by_share, bound, small_input / predictor._bytes_per_s,
+                   len({r.key for r, _ in timed}), cold_extra, cold_weights)
 
 
 # ------------------------------------------------------------------------------ variants
@@ -173,6 +189,13 @@ def _small_traffic(s: Setting) -> np.ndarray:
 
 def _small_input_apart(s: Setting) -> np.ndarray:
     return np.append(s.terms, s.small_input_s)
+
+
+def _no_cold_floor(s: Setting) -> np.ndarray:
+    t = s.terms.copy()
+    t[0] -= s.cold_extra_s
+    t[3] += s.cold_weights_s
+    return t
 
 
 def _features(s: Setting) -> np.ndarray:
@@ -300,6 +323,9 @@ VARIANTS: dict[str, Callable[[list[Setting]], Callable[[Setting], float]]] = {
     "small-op input reads, signed": lambda t: _fit_linear(_small_input_apart, t, signed=(1, 5)),
     "small-op input reads, signed, no per-op term":
         lambda t: _fit_linear(lambda s: np.delete(_small_input_apart(s), 1), t, signed=(4,)),
+    "distinct configs, signed": lambda t: _fit_linear(
+        lambda s: np.append(s.terms, s.n_distinct), t, signed=(1, 5)),
+    "no cold-weight floor": lambda t: _fit_linear(_no_cold_floor, t),
     "second stage, ridge": _second_stage(_ridge),
     "second stage, gradient-boosted": _second_stage(_gbm),
     "bagged over the zoo's families": _bagged(),
@@ -366,6 +392,11 @@ def pair(db_path: str, eval_path: str) -> dict[str, tuple[float, ...]]:
     if not zoo or not held:
         sys.exit(f"{eval_path}: {len(zoo)} end-to-end settings and {len(held)} evaluated models: "
                  "nothing to fit or score")
+    only = os.environ.get("VARIANTS_ONLY")
+    if only:
+        for name in [n for n in VARIANTS if n != "as fitted" and not any(
+                w in n for w in only.split(","))]:
+            del VARIANTS[name]
     fitted = {name: fit(zoo) for name, fit in VARIANTS.items()}
     gap = reproduction_gap(fitted["as fitted"], held, report)
     print(f"{eval_path}: {len(zoo)} end-to-end settings, {len(held)} evaluated; the refit "

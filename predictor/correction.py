@@ -42,6 +42,11 @@ Nor are they in the memory-traffic term: re-predicting 14 recorded held-out zoo 
 from the profiles of the slow VM (10 at 1 thread, 4 at 2) with and without them, MAPE was lower
 or equal on every one (2-thread profile of 12-02 08:54: 4.21% -> 3.89%, within 10% 88% -> 90%;
 alexnet at batch 1 +16%/+26% -> +8%/+14%); only fits that keep the term change.
+Nor, in the weight re-read term, are the weights of an op whose estimate is shorter than reading
+them at the measured stream bandwidth: such an op (a batch-1 linear) is bound by that read inside
+a model and is priced at it instead (`Predictor._cold_weights_s`). Re-predicting the Xeon's seven
+recorded evaluations of 12-05 evening with and without it, the level-removed MAPE was lower on all
+seven (4.5% -> 4.2%); alexnet at batch 1 and 2 threads went from +19%/+9% to +5%/-2%.
 
 The per-op term may come out negative, the only one that may. An op timed alone after the L2-sized
 flush starts colder than the same op inside a model, by about the same few microseconds whatever

@@ -38,10 +38,11 @@ CORRECTION_CACHE = "e2e_fit"
 # per_family entries that are correction terms, not op families
 CORRECTION_TERMS = ("op_overhead", "memory_traffic", "weight_reload", "large_op_traffic")
 SUBNORMAL_TERM = "subnormal_slow_path"  # the per_family entry of `Prediction.subnormal_ms`
-CORRECTION_VERSION = 16  # bump when ModelRow or the correction formula changes (11: the
+CORRECTION_VERSION = 17  # bump when ModelRow or the correction formula changes (11: the
 # large-op traffic leaves out the weights of ops over the LLC; 12: contended timings left out;
 # 13: so does the memory traffic; 14: weights over the LLC floored at the stream bandwidth;
-# 15: the per-op term may be negative; 16: the LLC as the profile measured it)
+# 15: the per-op term may be negative; 16: the LLC as the profile measured it; 17: every op
+# floored at its cold weights' stream time, Predictor._cold_weights_s)
 ProgressFn = Callable[[str], None]
 
 
@@ -385,14 +386,33 @@ class Predictor:
         weights = 0.0 if family == "data" else min(float(record.weight_bytes), nbytes)
         return weights / self._stream_bytes_per_s + (nbytes - weights) / self._bytes_per_s
 
+    def _cold_weights_s(self, record: OpRecord, estimate: OpEstimate, nbytes: float) -> float:
+        """How long an op within the LLC takes inside a model when reading its weights bounds
+        it: the weights at the weight-streaming bandwidth, if that is longer than its estimate,
+        else 0. Timed alone, its weights were in the LLC; inside a model the ops between two
+        forward passes have evicted them, and a weight read from DRAM cannot run faster than
+        the stream (`fingerprint.measure_peaks`). Ops beyond the LLC are floored already
+        (`_memory_floor_s`); gathers (the data family) read a few rows, not their table.
+
+        alexnet at batch 1, 2 threads, on the Xeon: fc7's 67 MB took 2.10 ms inside the model
+        and 1.26 ms alone, and 67 MB at its 31.6 GB/s stream is 2.12 ms; fc8's 16 MB 0.52 ms
+        inside, 0.32 alone, 0.52 at the stream. Priced instead by the fitted weight re-read term
+        (0.83x their bytes at the copy's 26.9 GB/s), the two came out 1.7 ms over their in-model
+        time and alexnet at batch 1 +19% and +9% (benchmarks/RESULTS.md, 2026-12-05 night)."""
+        if estimate.family == "data" or not record.weight_bytes or nbytes > self._llc_bytes:
+            return 0.0
+        cold = record.weight_bytes / self._stream_bytes_per_s
+        return cold if cold > estimate.p50_s else 0.0
+
     def _weights_s(self, timed: list[tuple[OpRecord, OpEstimate]],
-                   op_bytes: Sequence[float]) -> float:
+                   op_bytes: Sequence[float], cold_s: Sequence[float]) -> float:
         """Weight bytes a forward pass re-reads from DRAM, at the copy bandwidth: the parameters
         and buffers of timed ops that read them whole (not gathers such as embeddings) and
-        whose timing does not already stream from DRAM (ops larger than the LLC).
-        `op_bytes`: each timed op's `ops.bytes_of`."""
-        nbytes = sum(r.weight_bytes for (r, e), b in zip(timed, op_bytes, strict=True)
-                     if e.family != "data" and b <= self._llc_bytes)
+        whose time does not already stream them from DRAM (ops larger than the LLC, and those
+        floored at their cold weights' stream time). `op_bytes`: each timed op's
+        `ops.bytes_of`; `cold_s`: each one's `_cold_weights_s`."""
+        nbytes = sum(r.weight_bytes for (r, e), b, c in zip(timed, op_bytes, cold_s, strict=True)
+                     if e.family != "data" and b <= self._llc_bytes and not c)
         return nbytes / self._bytes_per_s
 
     def _traffic_s(self, timed: list[tuple[OpRecord, OpEstimate]], op_bytes: Sequence[float],
@@ -423,10 +443,13 @@ class Predictor:
         if strict:
             _raise_if_unmodelled(records, est)
         timed = [(r, e) for r, e in zip(records, est, strict=True) if e.source != "free"]
-        sum_s = sum(e.p50_s for _, e in timed)
         op_bytes = [ops.bytes_of(r) for r, _ in timed]
+        cold_s = [self._cold_weights_s(r, e, b) for (r, e), b in zip(timed, op_bytes, strict=True)]
+        timed = [(r, replace(e, p50_s=c, lo_s=max(e.lo_s, c), hi_s=max(e.hi_s, c)) if c else e)
+                 for (r, e), c in zip(timed, cold_s, strict=True)]
+        sum_s = sum(e.p50_s for _, e in timed)
         traffic_s = self._traffic_s(timed, op_bytes)
-        weights_s = self._weights_s(timed, op_bytes)
+        weights_s = self._weights_s(timed, op_bytes, cold_s)
         large_s = self._traffic_s(timed, op_bytes, over=self._large_op_bytes)
         total_s = correction.apply(sum_s, len(timed), traffic_s, weights_s, large_s)
         lo_s, hi_s = self._interval(total_s, sum_s, [e for _, e in timed], correction)

@@ -200,6 +200,41 @@ def test_ops_over_the_llc_are_floored_at_the_streaming_and_copy_bandwidths(
     assert floors["gpu"] < floors["stream"]  # on the stream it could not be below it
 
 
+def test_an_op_bound_by_its_cold_weights_is_floored_at_their_stream_time(tmp_path,
+                                                                         training_records):
+    """Inside a model an op within the LLC reads its weights from DRAM, and no faster than the
+    measured stream: a batch-1 linear whose estimate (weights in cache) is under that takes the
+    stream time, and its weights leave the fitted weight re-read term, which would price them a
+    second time. An op whose estimate is longer keeps it and stays in the term; without a
+    measured stream the copy's bandwidth is the floor, under every estimate of this database."""
+    def linear(batch: int, n: int, module: str) -> OpRecord:
+        x, y = (TensorSpec((batch, n), (n, 1), "float32") for _ in range(2))
+        w = TensorSpec((n, n), (n, 1), "float32")
+        return OpRecord("aten.linear.default", (x, w), {}, (y,), module, weight_bytes=w.nbytes)
+
+    fc, small = linear(1, 2048, "fc"), linear(512, 64, "head")  # 16.8 MB, 16 KB of weights
+    got = {}
+    for name, peaks in (("stream", {**PEAKS, "stream_gbps": 2.5}), ("copy only", PEAKS)):
+        with KernelDB.open(tmp_path / f"{name}.db") as db:
+            db.upsert_device({"t": 1}, device_id="dev1", kind="cpu", threads=1, name="box",
+                             peaks=peaks)
+            add_measured(db, training_records)
+            pred = Predictor.for_device(db, "box", cache_dir=tmp_path / name)
+        pred.correction = Correction(a=1.0, c_weights=1.0)
+        got[name] = (pred.predict_ops([fc, small]), pred.estimate(fc).p50_s,
+                     pred.estimate(small).p50_s)
+    p, fc_alone, small_alone = got["stream"]
+    cold = fc.weight_bytes / 2.5e9
+    assert fc_alone < cold  # the database prices it with its weights in cache
+    assert small_alone > small.weight_bytes / 2.5e9  # its activations take longer
+    assert p.sum_ops_ms == pytest.approx((cold + small_alone) * 1e3)
+    assert p.weights_ms == pytest.approx(small.weight_bytes / 10e9 * 1e3)
+    assert p.top_ops[0]["ms"] == pytest.approx(cold * 1e3)
+    p, fc_alone, small_alone = got["copy only"]
+    assert p.sum_ops_ms == pytest.approx((fc_alone + small_alone) * 1e3)
+    assert p.weights_ms == pytest.approx((fc.weight_bytes + small.weight_bytes) / 10e9 * 1e3)
+
+
 def test_a_config_measured_at_two_batch_sizes_is_interpolated_between_them(tmp_path,
                                                                             training_records):
     def conv_at(batch):
