@@ -39,6 +39,9 @@ The variants (`VARIANTS`; one entry each):
   op reads from L3 the input it finds in L2 inside the model);
 - distinct configs, signed: a sixth term, the number of distinct op configs (each its own
   kernel, whose code and primitive a model of many shapes may find cold), of either sign;
+- small ops' sum apart (with or without the per-op term): a multiplier of its own on the summed
+  estimates of the ops within the timing's cache flush (inside a model they run warm, the larger
+  ones cold), instead of the per-op term's one amount per op;
 - no cold-weight floor: the predictor before every op was floored at its cold weights' stream
   time (`Predictor._cold_weights_s`, correction version 17): those ops' weights back in the
   weight re-read term;
@@ -104,6 +107,7 @@ class Setting:
     n_distinct: int = 0  # distinct op configs among the timed ops (each its own kernel)
     cold_extra_s: float = 0.0  # what the cold-weight floor (Predictor._cold_weights_s) adds
     cold_weights_s: float = 0.0  # the weight re-read term of the ops that floor raises
+    small_sum_s: float = 0.0  # the summed estimates of the ops within the timing's cache flush
 
 
 def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> Setting:
@@ -121,6 +125,7 @@ def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> 
     footprint = max(0.0, 1 - predictor._llc_bytes / weight_bytes) if weight_bytes else 0.0
     batch = captured.inputs[0].shape[0] if captured.inputs and captured.inputs[0].shape else 1
     by_share = bound = small_input = cold_extra = cold_weights = 0.0
+    small_sum = sum(e.p50_s for r, e in timed if ops.bytes_of(r) <= predictor._large_op_bytes)
     for r, e in timed:
         if cold := predictor._cold_weights_s(r, e, ops.bytes_of(r)):
             cold_extra += cold - e.p50_s
@@ -140,7 +145,7 @@ def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> 
                       p.large_traffic_ms / 1e3])
     return Setting(family, measured_s, terms, op_s, conv_weights_s, footprint, int(batch),
                    by_share, bound, small_input / predictor._bytes_per_s,
-                   len({r.key for r, _ in timed}), cold_extra, cold_weights)
+                   len({r.key for r, _ in timed}), cold_extra, cold_weights, small_sum)
 
 
 # ------------------------------------------------------------------------------ variants
@@ -189,6 +194,10 @@ def _small_traffic(s: Setting) -> np.ndarray:
 
 def _small_input_apart(s: Setting) -> np.ndarray:
     return np.append(s.terms, s.small_input_s)
+
+
+def _small_sum_apart(s: Setting) -> np.ndarray:
+    return np.append(s.terms - np.eye(5)[0] * s.small_sum_s, s.small_sum_s)
 
 
 def _no_cold_floor(s: Setting) -> np.ndarray:
@@ -326,6 +335,9 @@ VARIANTS: dict[str, Callable[[list[Setting]], Callable[[Setting], float]]] = {
     "distinct configs, signed": lambda t: _fit_linear(
         lambda s: np.append(s.terms, s.n_distinct), t, signed=(1, 5)),
     "no cold-weight floor": lambda t: _fit_linear(_no_cold_floor, t),
+    "small ops' sum apart": lambda t: _fit_linear(_small_sum_apart, t),
+    "small ops' sum apart, no per-op term":
+        lambda t: _fit_linear(lambda s: np.delete(_small_sum_apart(s), 1), t, signed=()),
     "second stage, ridge": _second_stage(_ridge),
     "second stage, gradient-boosted": _second_stage(_gbm),
     "bagged over the zoo's families": _bagged(),
