@@ -42,6 +42,8 @@ The variants (`VARIANTS`; one entry each):
 - small ops' sum apart (with or without the per-op term): a multiplier of its own on the summed
   estimates of the ops within the timing's cache flush (inside a model they run warm, the larger
   ones cold), instead of the per-op term's one amount per op;
+- per-op term split at the flush: two per-op terms, both signed, for the ops within the timing's
+  cache flush and those beyond it;
 - no cold-weight floor: the predictor before every op was floored at its cold weights' stream
   time (`Predictor._cold_weights_s`, correction version 17): those ops' weights back in the
   weight re-read term;
@@ -108,6 +110,7 @@ class Setting:
     cold_extra_s: float = 0.0  # what the cold-weight floor (Predictor._cold_weights_s) adds
     cold_weights_s: float = 0.0  # the weight re-read term of the ops that floor raises
     small_sum_s: float = 0.0  # the summed estimates of the ops within the timing's cache flush
+    n_small: int = 0  # ... and their number
 
 
 def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> Setting:
@@ -125,7 +128,7 @@ def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> 
     footprint = max(0.0, 1 - predictor._llc_bytes / weight_bytes) if weight_bytes else 0.0
     batch = captured.inputs[0].shape[0] if captured.inputs and captured.inputs[0].shape else 1
     by_share = bound = small_input = cold_extra = cold_weights = 0.0
-    small_sum = sum(e.p50_s for r, e in timed if ops.bytes_of(r) <= predictor._large_op_bytes)
+    small = [e.p50_s for r, e in timed if ops.bytes_of(r) <= predictor._large_op_bytes]
     for r, e in timed:
         if cold := predictor._cold_weights_s(r, e, ops.bytes_of(r)):
             cold_extra += cold - e.p50_s
@@ -145,7 +148,8 @@ def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> 
                       p.large_traffic_ms / 1e3])
     return Setting(family, measured_s, terms, op_s, conv_weights_s, footprint, int(batch),
                    by_share, bound, small_input / predictor._bytes_per_s,
-                   len({r.key for r, _ in timed}), cold_extra, cold_weights, small_sum)
+                   len({r.key for r, _ in timed}), cold_extra, cold_weights, sum(small),
+                   len(small))
 
 
 # ------------------------------------------------------------------------------ variants
@@ -336,6 +340,9 @@ VARIANTS: dict[str, Callable[[list[Setting]], Callable[[Setting], float]]] = {
         lambda s: np.append(s.terms, s.n_distinct), t, signed=(1, 5)),
     "no cold-weight floor": lambda t: _fit_linear(_no_cold_floor, t),
     "small ops' sum apart": lambda t: _fit_linear(_small_sum_apart, t),
+    "per-op term split at the flush": lambda t: _fit_linear(
+        lambda s: np.append(s.terms - np.eye(5)[1] * (s.terms[1] - s.n_small), s.terms[1] - s.n_small),
+        t, signed=(1, 5)),
     "small ops' sum apart, no per-op term":
         lambda t: _fit_linear(lambda s: np.delete(_small_sum_apart(s), 1), t, signed=()),
     "second stage, ridge": _second_stage(_ridge),
