@@ -398,7 +398,9 @@ class Predictor:
         and 1.26 ms alone, and 67 MB at its 31.6 GB/s stream is 2.12 ms; fc8's 16 MB 0.52 ms
         inside, 0.32 alone, 0.52 at the stream. Priced instead by the fitted weight re-read term
         (0.83x their bytes at the copy's 26.9 GB/s), the two came out 1.7 ms over their in-model
-        time and alexnet at batch 1 +19% and +9% (benchmarks/RESULTS.md, 2026-12-05 night)."""
+        time and alexnet at batch 1 +19% and +9% (benchmarks/RESULTS.md, 2026-12-05 night).
+        Their bytes stay in the traffic terms: taken out of those too, alexnet at batch 1 came out
+        -10% and -5% (re-predicted, the same measurements)."""
         if estimate.family == "data" or not record.weight_bytes or nbytes > self._llc_bytes:
             return 0.0
         cold = record.weight_bytes / self._stream_bytes_per_s
