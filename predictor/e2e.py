@@ -316,11 +316,24 @@ class Predictor:
                 self._cache[key] = OpEstimate(sum(e.p50_s for e in est), sum(e.lo_s for e in est),
                                               sum(e.hi_s for e in est), "model", est[-1].family)
 
-    def _notes(self, timed: list[tuple[OpRecord, OpEstimate]],
+    def _notes(self, timed: list[tuple[OpRecord, OpEstimate]], cold_s: Sequence[float],
                values_counted: bool = False) -> list[str]:
         """`values_counted`: the model's subnormal values were counted (`_add_subnormals` says
-        what they cost), so the guess from its mask pattern is not needed."""
+        what they cost), so the guess from its mask pattern is not needed. `cold_s`: each timed
+        op's `_cold_weights_s`."""
         notes = []
+        sum_s = sum(e.p50_s for _, e in timed)
+        cold = [(r, c) for (r, _), c in zip(timed, cold_s, strict=True) if c]
+        if cold and sum(c for _, c in cold) >= self.COLD_NOTE_SHARE * sum_s:
+            first = max(cold, key=lambda rc: rc[1])[0]
+            notes.append(
+                f"{len(cold)} op{'s' if len(cold) > 1 else ''} ({first.module or first.op}"
+                f"{' and others' if len(cold) > 1 else ''}) priced at reading "
+                f"{'their' if len(cold) > 1 else 'its'} weights from memory at the measured "
+                f"{self._stream_bytes_per_s / 1e9:.1f} GB/s: "
+                f"{sum(c for _, c in cold) * 1e3:.2f} ms, "
+                f"{sum(c for _, c in cold) / sum_s:.0%} of the op time; inside a model the "
+                "weights are evicted between forward passes, and reading them bounds these ops")
         dtypes = {r.dtype for r, _ in timed if "float" in r.dtype} - self.profiled_dtypes
         if dtypes and self.profiled_dtypes:
             notes.append(f"no {', '.join(sorted(dtypes))} op configs were profiled on "
@@ -345,6 +358,7 @@ class Predictor:
                          f"family: {listed}; `hwlat profile --add MODEL` times them")
         return notes
 
+    COLD_NOTE_SHARE = 0.05  # ops bound by their cold weights are noted from this share
     UNTIMED_NOTE_SHARE = 0.01
     """Model-predicted ops of an op kind the device never timed are noted from this share of the
     summed op time: such ops were predicted at 0.02-0.6x their time before the profile drew them
@@ -482,7 +496,7 @@ class Predictor:
                         "note": correction.note},
             sum_ops_ms=sum_s * 1e3, traffic_ms=traffic_s * 1e3, weights_ms=weights_s * 1e3,
             large_traffic_ms=large_s * 1e3,
-            notes=self._notes(timed, values_counted),
+            notes=self._notes(timed, cold_s, values_counted),
             roofline_ms=sum(roofline_s(r, self.models.peaks) for r, _ in timed) * 1e3)
 
     @staticmethod

@@ -230,7 +230,10 @@ def test_an_op_bound_by_its_cold_weights_is_floored_at_their_stream_time(tmp_pat
     assert p.sum_ops_ms == pytest.approx((cold + small_alone) * 1e3)
     assert p.weights_ms == pytest.approx(small.weight_bytes / 10e9 * 1e3)
     assert p.top_ops[0]["ms"] == pytest.approx(cold * 1e3)
+    assert any(n.startswith("1 op (fc) priced at reading its weights from memory at the "
+                            "measured 2.5 GB/s") for n in p.notes)
     p, fc_alone, small_alone = got["copy only"]
+    assert not any("weights from memory" in n for n in p.notes)
     assert p.sum_ops_ms == pytest.approx((fc_alone + small_alone) * 1e3)
     assert p.weights_ms == pytest.approx((fc.weight_bytes + small.weight_bytes) / 10e9 * 1e3)
 
