@@ -42,6 +42,10 @@ The variants (`VARIANTS`; one entry each):
 - small ops' sum apart (with or without the per-op term): a multiplier of its own on the summed
   estimates of the ops within the timing's cache flush (inside a model they run warm, the larger
   ones cold), instead of the per-op term's one amount per op;
+- op sum beyond the LLC apart / weights by the pass beyond the LLC: the share of a forward
+  pass's footprint (its weights and every activation its ops write) beyond the LLC, as a sixth
+  term times the op sum, or as the weight re-read term's factor (weights that fit with the pass's
+  activations stay cached from one pass to the next);
 - per-op term split at the flush: two per-op terms, both signed, for the ops within the timing's
   cache flush and those beyond it;
 - no cold-weight floor: the predictor before every op was floored at its cold weights' stream
@@ -111,6 +115,7 @@ class Setting:
     cold_weights_s: float = 0.0  # the weight re-read term of the ops that floor raises
     small_sum_s: float = 0.0  # the summed estimates of the ops within the timing's cache flush
     n_small: int = 0  # ... and their number
+    pass_beyond: float = 0.0  # share of a pass's weights and written activations beyond the LLC
 
 
 def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> Setting:
@@ -129,6 +134,8 @@ def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> 
     batch = captured.inputs[0].shape[0] if captured.inputs and captured.inputs[0].shape else 1
     by_share = bound = small_input = cold_extra = cold_weights = 0.0
     small = [e.p50_s for r, e in timed if ops.bytes_of(r) <= predictor._large_op_bytes]
+    written = sum(ops._out_bytes(r) for r, _ in timed) + weight_bytes
+    pass_beyond = max(0.0, 1 - predictor._llc_bytes / written) if written else 0.0
     for r, e in timed:
         if cold := predictor._cold_weights_s(r, e, ops.bytes_of(r)):
             cold_extra += cold - e.p50_s
@@ -149,7 +156,7 @@ def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> 
     return Setting(family, measured_s, terms, op_s, conv_weights_s, footprint, int(batch),
                    by_share, bound, small_input / predictor._bytes_per_s,
                    len({r.key for r, _ in timed}), cold_extra, cold_weights, sum(small),
-                   len(small))
+                   len(small), pass_beyond)
 
 
 # ------------------------------------------------------------------------------ variants
@@ -340,6 +347,10 @@ VARIANTS: dict[str, Callable[[list[Setting]], Callable[[Setting], float]]] = {
         lambda s: np.append(s.terms, s.n_distinct), t, signed=(1, 5)),
     "no cold-weight floor": lambda t: _fit_linear(_no_cold_floor, t),
     "small ops' sum apart": lambda t: _fit_linear(_small_sum_apart, t),
+    "op sum beyond the LLC apart": lambda t: _fit_linear(
+        lambda s: np.append(s.terms, s.terms[0] * s.pass_beyond), t),
+    "weights by the pass beyond the LLC": lambda t: _fit_linear(
+        lambda s: s.terms * np.array([1, 1, 1, s.pass_beyond, 1]), t),
     "per-op term split at the flush": lambda t: _fit_linear(
         lambda s: np.append(s.terms - np.eye(5)[1] * (s.terms[1] - s.n_small), s.terms[1] - s.n_small),
         t, signed=(1, 5)),
