@@ -6,7 +6,8 @@ of the same profile (no timing: captures only, ~25 s per pair on 2 cores).
 
 VARIANTS_ONLY=WORD,WORD in the environment keeps "as fitted" and the variants whose names
 contain one of the words. CACHE_HOME is the XDG_CACHE_HOME the evaluation ran with, so the op
-models are the ones it predicted with (the first line per pair says how closely the refit reproduces its predictions).
+models are the ones it predicted with (the first line per pair says how closely the refit
+reproduces its predictions).
 Per variant: held-out MAPE and share within 10% against the evaluation's measurements (those
 with subnormals flushed where the evaluation has them, as `hwlat evaluate` scores "hwlat vs
 subnormals flushed": hwlat predicts that run), the same
@@ -133,19 +134,19 @@ def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> 
     footprint = max(0.0, 1 - predictor._llc_bytes / weight_bytes) if weight_bytes else 0.0
     batch = captured.inputs[0].shape[0] if captured.inputs and captured.inputs[0].shape else 1
     by_share = bound = small_input = cold_extra = cold_weights = 0.0
-    small = [e.p50_s for r, e in timed if ops.bytes_of(r) <= predictor._large_op_bytes]
+    op_bytes = [ops.bytes_of(r) for r, _ in timed]
+    small = [e.p50_s for (_, e), b in zip(timed, op_bytes, strict=True)
+             if b <= predictor._large_op_bytes]
     written = sum(ops._out_bytes(r) for r, _ in timed) + weight_bytes
     pass_beyond = max(0.0, 1 - predictor._llc_bytes / written) if written else 0.0
-    for r, e in timed:
-        if cold := predictor._cold_weights_s(r, e, ops.bytes_of(r)):
+    for (r, e), nbytes in zip(timed, op_bytes, strict=True):
+        if cold := predictor._cold_weights_s(r, e, nbytes):
             cold_extra += cold - e.p50_s
             cold_weights += r.weight_bytes / predictor._bytes_per_s
-    for r, _ in timed:
-        nbytes = ops.bytes_of(r)
+    for (r, _), nbytes in zip(timed, op_bytes, strict=True):
         if nbytes <= predictor._large_op_bytes:  # inside a model its input is hot from the op before
             small_input += max(nbytes - r.weight_bytes - ops._out_bytes(r), 0.0)
-    for r, e in timed:
-        nbytes = ops.bytes_of(r)
+    for (r, e), nbytes in zip(timed, op_bytes, strict=True):
         if e.family == "data" or nbytes > predictor._llc_bytes or not r.weight_bytes:
             continue
         share = min(r.weight_bytes / nbytes, 1.0)
@@ -209,6 +210,13 @@ def _small_input_apart(s: Setting) -> np.ndarray:
 
 def _small_sum_apart(s: Setting) -> np.ndarray:
     return np.append(s.terms - np.eye(5)[0] * s.small_sum_s, s.small_sum_s)
+
+
+def _per_op_split(s: Setting) -> np.ndarray:
+    """The per-op term over the ops within the flush, and a sixth over those beyond it."""
+    t = s.terms.copy()
+    t[1] = s.n_small
+    return np.append(t, s.terms[1] - s.n_small)
 
 
 def _no_cold_floor(s: Setting) -> np.ndarray:
@@ -351,9 +359,7 @@ VARIANTS: dict[str, Callable[[list[Setting]], Callable[[Setting], float]]] = {
         lambda s: np.append(s.terms, s.terms[0] * s.pass_beyond), t),
     "weights by the pass beyond the LLC": lambda t: _fit_linear(
         lambda s: s.terms * np.array([1, 1, 1, s.pass_beyond, 1]), t),
-    "per-op term split at the flush": lambda t: _fit_linear(
-        lambda s: np.append(s.terms - np.eye(5)[1] * (s.terms[1] - s.n_small), s.terms[1] - s.n_small),
-        t, signed=(1, 5)),
+    "per-op term split at the flush": lambda t: _fit_linear(_per_op_split, t, signed=(1, 5)),
     "small ops' sum apart, no per-op term":
         lambda t: _fit_linear(lambda s: np.delete(_small_sum_apart(s), 1), t, signed=()),
     "second stage, ridge": _second_stage(_ridge),
@@ -422,11 +428,6 @@ def pair(db_path: str, eval_path: str) -> dict[str, tuple[float, ...]]:
     if not zoo or not held:
         sys.exit(f"{eval_path}: {len(zoo)} end-to-end settings and {len(held)} evaluated models: "
                  "nothing to fit or score")
-    only = os.environ.get("VARIANTS_ONLY")
-    if only:
-        for name in [n for n in VARIANTS if n != "as fitted" and not any(
-                w in n for w in only.split(","))]:
-            del VARIANTS[name]
     fitted = {name: fit(zoo) for name, fit in VARIANTS.items()}
     gap = reproduction_gap(fitted["as fitted"], held, report)
     print(f"{eval_path}: {len(zoo)} end-to-end settings, {len(held)} evaluated; the refit "
@@ -445,6 +446,10 @@ def pair(db_path: str, eval_path: str) -> dict[str, tuple[float, ...]]:
 def main(argv: list[str]) -> None:
     if len(argv) < 3 or len(argv) % 3:
         sys.exit(__doc__.split("\n\n")[1])
+    if only := os.environ.get("VARIANTS_ONLY"):
+        for name in [n for n in VARIANTS
+                     if n != "as fitted" and not any(w in n for w in only.split(","))]:
+            del VARIANTS[name]
     results = []
     for i in range(0, len(argv), 3):
         os.environ["XDG_CACHE_HOME"] = argv[i + 2]

@@ -324,16 +324,18 @@ class Predictor:
         notes = []
         sum_s = sum(e.p50_s for _, e in timed)
         cold = [(r, c) for (r, _), c in zip(timed, cold_s, strict=True) if c]
-        if cold and sum(c for _, c in cold) >= self.COLD_NOTE_SHARE * sum_s:
-            first = max(cold, key=lambda rc: rc[1])[0]
+        cold_total = sum(c for _, c in cold)
+        if cold and cold_total >= self.COLD_NOTE_SHARE * sum_s:
+            top = max(cold, key=lambda rc: rc[1])[0]
+            first = top.module or top.op
+            ops_named = (f"1 op ({first})" if len(cold) == 1
+                         else f"{len(cold)} ops ({first} and others)")
             notes.append(
-                f"{len(cold)} op{'s' if len(cold) > 1 else ''} ({first.module or first.op}"
-                f"{' and others' if len(cold) > 1 else ''}) priced at reading "
-                f"{'their' if len(cold) > 1 else 'its'} weights from memory at the measured "
-                f"{self._stream_bytes_per_s / 1e9:.1f} GB/s: "
-                f"{sum(c for _, c in cold) * 1e3:.2f} ms, "
-                f"{sum(c for _, c in cold) / sum_s:.0%} of the op time; inside a model the "
-                "weights are evicted between forward passes, and reading them bounds these ops")
+                f"{ops_named} priced at reading {'its' if len(cold) == 1 else 'their'} weights "
+                f"from memory at the measured {self._stream_bytes_per_s / 1e9:.1f} GB/s: "
+                f"{cold_total * 1e3:.2f} ms, {cold_total / sum_s:.0%} of the op time; inside a "
+                "model the weights are evicted between forward passes, and reading them bounds "
+                "these ops")
         dtypes = {r.dtype for r, _ in timed if "float" in r.dtype} - self.profiled_dtypes
         if dtypes and self.profiled_dtypes:
             notes.append(f"no {', '.join(sorted(dtypes))} op configs were profiled on "

@@ -195,7 +195,6 @@ def uses_of_spec_isolated(spec: str, inputs: list[str] | None = None, *,
     return _in_child(uses_of_spec, spec, inputs, threads, **kw)
 
 
-
 def uses_at_batch_one(spec: str, inputs: Sequence[Any], *, dtype: str = "float32"
                       ) -> SubnormalUses:
     """`uses_of_spec` at `inputs` (InputSpecs), run at batch 1 and scaled to their batch: a
