@@ -9,14 +9,15 @@ either the last row and column of windows (where swin's shifted-window mask puts
 windows drawn at random, against none. Prints the extra time per reuse of a subnormal input
 (`profilers.subnormals.measure_cost` spreads them evenly: 1.15 ns at 2 threads on the Xeon).
 
-On the 2-vCPU Intel Xeon (2026-12-06): 2.31-2.48 ns at 1 thread however placed. At 2 threads and
-batch 1, with 11 of the 15 windows in the second half of the bmm's windows (the border ones, and
-this seed's random draw), 1.70-1.73 ns: 2 x 11/15 x the even 1.17 is 1.72, the busiest half's
-share of the work. At batch 8, where the images split 4 and 4, 1.19-1.22.
+On the 2-vCPU Intel Xeon (2026-12-06; two runs at 1 thread, four at 2): 2.31-2.82 ns at 1 thread
+however placed. At 2 threads and batch 1, where the busiest half of the bmm's windows holds 11 or
+12 of the 15, 1.70-2.11 ns; at batch 8, where the images split 4 and 4, 1.19-1.37. Batch 1 cost
+1.43-1.67x batch 8 in each run; the busiest half's share predicts 1.47x (11 of 15) to 1.6x (12).
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import torch
@@ -44,8 +45,8 @@ def _probabilities(images: int, chosen: torch.Tensor, gen: torch.Generator) -> t
     return p.masked_fill(pick, 1e-40).reshape(-1, TOKENS, TOKENS).contiguous()
 
 
-def _extra_s(p: torch.Tensor, plain: torch.Tensor, v: torch.Tensor) -> float:
-    return _median_s(lambda: torch.bmm(p, v), 0.4) - _median_s(lambda: torch.bmm(plain, v), 0.4)
+def _bmm_s(a: torch.Tensor, v: torch.Tensor) -> float:
+    return _median_s(functools.partial(torch.bmm, a, v), 0.4)
 
 
 def main(argv: list[str]) -> None:
@@ -55,11 +56,12 @@ def main(argv: list[str]) -> None:
         with thread_count(t), torch.inference_mode():
             for images in (1, 8):
                 v = torch.randn(images * WINDOWS * HEADS, TOKENS, HEAD_DIM, generator=gen)
-                plain = torch.rand(images * WINDOWS * HEADS, TOKENS, TOKENS, generator=gen)
+                plain_s = _bmm_s(torch.rand(images * WINDOWS * HEADS, TOKENS, TOKENS,
+                                            generator=gen), v)
                 for border in (True, False):
                     chosen = _windows(border, gen)
                     p = _probabilities(images, chosen, gen)
-                    extra = _extra_s(p, plain, v)
+                    extra = _bmm_s(p, v) - plain_s
                     reuses = int(_subnormal(p).sum()) * HEAD_DIM
                     where = "border windows" if border else "scattered windows"
                     later = int(chosen[WINDOWS // 2:].sum())
