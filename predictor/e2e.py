@@ -30,7 +30,7 @@ from profilers import ops, zoo
 from profilers.capture import CapturedModel, capture_spec
 from profilers.errors import HwlatError, UnmodelledOpError
 from profilers.oprecord import OpRecord
-from profilers.subnormals import SubnormalUses, price
+from profilers.subnormals import SubnormalUses, crowded_s, price
 from profilers.timer import flush_bytes
 
 SOURCES = ("measured", "interpolated", "model", "free", "fallback")
@@ -595,9 +595,14 @@ class Predictor:
         p.per_family = dict(sorted({**p.per_family, SUBNORMAL_TERM: extra_ms}.items(),
                                    key=lambda kv: -kv[1]))
         main = max(by_family, key=by_family.get)
+        crowded_ms = sum(crowded_s(uses, cost).values()) * 1e3
+        crowded = (f" ({crowded_ms:.2g} ms of it waiting on one thread, whose part of a "
+                   "batched matmul holds more of them than the others')"
+                   if crowded_ms >= 0.01 * extra_ms else "")
         p.notes.append(
             f"{share} (one forward pass here, with its weights): this CPU's slow path for them "
-            f"adds {extra_ms:.3g} ms, most in its {main} ops (measured on {self.device.id}: "
+            f"adds {extra_ms:.3g} ms{crowded}, most in its {main} ops (measured on "
+            f"{self.device.id}: "
             f"{cost['reuse_ns']:.3g} ns per use in a matmul, {cost['block_ns']:.3g} ns per "
             "16 values elsewhere); torch.set_flush_denormal(True) removes it")
 

@@ -12,18 +12,30 @@ What a use costs depends on how the kernel meets the value. Timed alone on that 
   about as many slow steps as the op reuses it (`reuse`: the op's FLOPs / 2 / the input's
   elements; N for the activations of a linear layer). Per reuse: 2.1-2.3 ns (linear
   196x384 by 384x384), 2.4-2.9 ns (bmm), 2.1-2.3 ns (3x3 conv), the same at every share. A 1x1
-  convolution paid per vector instead (34 ns at 1%, 4.5 ns at 50%).
+  convolution paid per vector instead (34 ns at 1%, 4.5 ns at 50%). A multiply-add whose other
+  operand is an exact zero pays nothing, so a matrix product's uses are counted exactly: each
+  subnormal times its nonzero partners (`_partnered`).
 - An elementwise op, a norm or a softmax pays per vector instruction that holds one: per block
   of 16 float32 values (64 bytes) holding a subnormal, read or written, 12-136 ns (add, mul,
   silu, gelu), saturating once every block holds one.
 - A copy, a view or a concatenation does no arithmetic and paid nothing (1.0x).
-Inside swin_t (the in-model time of each op with and without `torch.set_flush_denormal(True)`),
-its linear layers paid 2.4 ns per reuse of a subnormal input and its attention matmuls 1.5; in
-mobilevit the linear layers 4.0 (their outputs underflow too) and the convolutions 2.6.
+Inside swin_t at 1 thread (2026-12-06; each op's in-model time with its inputs as computed and
+with their subnormals zeroed), its linear layers paid 2.64 ns per use and its attention matmuls
+2.65 (224 px) and 2.67 (160 px, whose zero-padded stage-3 values leave 0.37x the uses of 224 px
+in the same bmm), against 2.44-2.62 from `measure_cost` in the same minutes. In mobilevit
+(12-05) the linear layers paid 4.0 (their outputs underflow too) and the convolutions 2.6.
+
+Threads share the slow path as the kernel shares the work. A linear layer's threads all read
+every row, so its subnormals spread evenly; a batched matmul gives each thread a contiguous part
+of its batch of matrices, and Swin's mask crowds its subnormals into the border windows, 11 of
+15 in one half of stage 1's: at 2 threads and batch 1 that bmm paid 1.43-1.67x what it paid at
+batch 8, where the images split evenly (`benchmarks/subnormal_placement.py`). So a batched
+matmul's uses are kept per matrix too, and the busiest thread's excess is priced (`crowding`).
 
 So a device's cost is two numbers measured on it (`measure_cost`): ns per reuse in the matmul
-families and ns per block elsewhere; and a model's uses are two counts per family from one real
-forward pass (`count_uses`). Their product is what `predictor.e2e` adds to a CPU prediction.
+families and ns per block elsewhere, spread evenly over its threads; and a model's uses are two
+counts per family from one real forward pass (`count_uses`), with the batched matmuls' uses per
+matrix. Their product is what `predictor.e2e` adds to a CPU prediction.
 """
 
 from __future__ import annotations
@@ -44,6 +56,15 @@ BLOCK = 16  # float32 values per 64-byte vector register: what one instruction r
 REUSE_FAMILIES = ("conv", "matmul", "attention", "rnn")
 # families that move values without arithmetic, and ops that do nothing: no slow path
 FREE_FAMILIES = ("data", "free")
+# ops computing matrix products A @ B: the positions of A and B in their arguments, and whether
+# B is given transposed (a linear layer's weight, out x in)
+PRODUCTS = {"aten.mm": (0, 1, False), "aten.bmm": (0, 1, False), "aten.matmul": (0, 1, False),
+            "aten.addmm": (1, 2, False), "aten.baddbmm": (1, 2, False),
+            "aten.linear": (0, 1, True)}
+# ops whose CPU kernel hands each thread a contiguous part of a batch of matrices (a matmul of
+# two operands with 3 or more dims runs as a bmm over their leading dims), so that where the
+# subnormals lie in the batch decides how long the busiest thread runs the slow path
+BATCHED_MATMULS = ("aten.bmm", "aten.baddbmm", "aten.matmul")
 
 
 @dataclass
@@ -54,20 +75,53 @@ class SubnormalUses:
     share: float = 0.0  # of the float32 values its ops write
     reuse: dict[str, float] = field(default_factory=dict)
     blocks: dict[str, float] = field(default_factory=dict)
+    # each batched matmul reading subnormals (`BATCHED_MATMULS`): its family and its reuses per
+    # matrix of the batch, as counted; the batch runs `copies` times that (`scaled`)
+    per_matrix: list[tuple[str, tuple[float, ...]]] = field(default_factory=list)
+    copies: int = 1
 
-    def scaled(self, k: float) -> SubnormalUses:
+    def scaled(self, k: int) -> SubnormalUses:
         """The uses of `k` times the work (a batch of k where this counted one)."""
         return SubnormalUses(self.share, {f: v * k for f, v in self.reuse.items()},
-                             {f: v * k for f, v in self.blocks.items()})
+                             {f: v * k for f, v in self.blocks.items()}, self.per_matrix,
+                             self.copies * k)
+
+
+def crowding(per_matrix: Sequence[float], copies: int, threads: int) -> float:
+    """The reuses a batched matmul's busiest thread runs beyond an even share, counted as the
+    `threads` would pay them together: `threads` x the busiest of `threads` contiguous parts
+    of the batch (`per_matrix` repeated `copies` times, as PyTorch splits a bmm's batch), less
+    the total. Swin's shifted-window mask leaves its subnormals in the border windows, 11 of
+    15 in the second half of stage 1's: 1.47x an even split at 2 threads and batch 1, and
+    none at batch 8, where the images split 4 and 4 (`benchmarks/subnormal_placement.py`)."""
+    total = sum(per_matrix) * copies
+    if threads <= 1 or not total:
+        return 0.0
+    n = len(per_matrix) * copies
+    part = -(-n // threads)  # at::parallel_for's chunk: ceil(n / threads)
+    busiest = max(sum(per_matrix[i % len(per_matrix)] for i in range(start, min(start + part, n)))
+                  for start in range(0, n, part))
+    return max(threads * busiest - total, 0.0)
 
 
 def price(uses: SubnormalUses, cost: dict) -> dict[str, float]:
-    """Seconds of slow path per family: `uses` at a device's measured `cost` (`measure_cost`)."""
-    out: dict[str, float] = {}
+    """Seconds of slow path per family: `uses` at a device's measured `cost` (`measure_cost`,
+    timed spread evenly over its `threads`), with the wait where a batched matmul's are not
+    (`crowded_s`)."""
+    out = crowded_s(uses, cost)
     for counts, ns in ((uses.reuse, cost["reuse_ns"]), (uses.blocks, cost["block_ns"])):
         for family, n in counts.items():
             if n > 0:
                 out[family] = out.get(family, 0.0) + n * ns * 1e-9
+    return out
+
+
+def crowded_s(uses: SubnormalUses, cost: dict) -> dict[str, float]:
+    """Seconds per family that batched matmuls wait on their busiest thread (`crowding`)."""
+    out: dict[str, float] = {}
+    for family, profile in uses.per_matrix:
+        if n := crowding(profile, uses.copies, int(cost.get("threads") or 1)):
+            out[family] = out.get(family, 0.0) + n * cost["reuse_ns"] * 1e-9
     return out
 
 
@@ -82,6 +136,19 @@ def _floats(value: Any) -> list[torch.Tensor]:
     items = value if isinstance(value, (tuple, list)) else (value,)
     return [t for t in items if isinstance(t, torch.Tensor) and t.dtype == torch.float32
             and t.numel() and t.device.type == "cpu"]
+
+
+def _partnered(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The multiply-adds of `a @ b` (broadcast as torch.matmul does) that read a subnormal with
+    a nonzero partner, per matrix of the batch: a subnormal times an exact zero costs nothing.
+    swin_t at 160 px pads its stage-3 tokens with zeros, so half the rows of those blocks'
+    attention values are zero: 0.37x the uses of 224 px in the same bmm, which paid 1.13 ms of
+    slow path against 3.0-3.2 at 224 (2 threads; 1.6 against 4.1-4.5 at 1)."""
+    a = a[None] if a.dim() == 1 else a
+    b = b[:, None] if b.dim() == 1 else b
+    f64 = torch.float64
+    return ((_subnormal(a).sum(-2, dtype=f64) * (b != 0).sum(-1, dtype=f64)).sum(-1)
+            + (_subnormal(b).sum(-1, dtype=f64) * (a != 0).sum(-2, dtype=f64)).sum(-1))
 
 
 def _blocks(mask: torch.Tensor) -> int:
@@ -137,23 +204,41 @@ class _Counter:
         if family in FREE_FAMILIES:
             return
         if family in REUSE_FAMILIES:
-            from profilers.capture import _output_specs
-            from profilers.oprecord import OpRecord
-
-            n, flops = 0.0, None
-            for t, (sub, _) in zip(ins, read, strict=True):
-                if not sub:
-                    continue
-                if flops is None:
-                    flops = ops.flops_of(OpRecord.of_call(func, args, kwargs, _output_specs(out),
-                                                          ""))
-                n += sub * max(1.0, flops / 2 / t.numel())
-            if n:
-                self.uses.reuse[family] = self.uses.reuse.get(family, 0.0) + n
+            if any(sub for sub, _ in read):
+                self._reuses(func, args, kwargs, out, family, ins, read)
             return
         n = sum(blocks for _, blocks in read) + sum(self._count(t)[1] for t in outs)
         if n:
             self.uses.blocks[family] = self.uses.blocks.get(family, 0.0) + n
+
+
+    def _reuses(self, func: Any, args: tuple, kwargs: dict, out: Any, family: str,
+                ins: list[torch.Tensor], read: list[tuple[int, int]]) -> None:
+        """Count an op's multiply-adds that read a subnormal: exactly for a matrix product
+        (`PRODUCTS`: those with a nonzero partner, per matrix of a batched one), else as each
+        subnormal input times the op's FLOPs / 2 / the input's elements."""
+        name = str(func.overloadpacket)
+        profile = None
+        if name in PRODUCTS:
+            i, j, transposed = PRODUCTS[name]
+            a, b = args[i], args[j].t() if transposed else args[j]
+            per = _partnered(a, b)
+            if name in BATCHED_MATMULS and a.dim() >= 3 and b.dim() >= 3:
+                profile = per.flatten()
+            # a bias or an added matrix: each subnormal value read once
+            n = float(per.sum()) + sum(sub for t, (sub, _) in zip(ins, read, strict=True)
+                                       if t is not a and t is not args[j])
+        else:
+            from profilers.capture import _output_specs
+            from profilers.oprecord import OpRecord
+
+            flops = ops.flops_of(OpRecord.of_call(func, args, kwargs, _output_specs(out), ""))
+            n = sum(sub * max(1.0, flops / 2 / t.numel())
+                    for t, (sub, _) in zip(ins, read, strict=True) if sub)
+        if n:
+            self.uses.reuse[family] = self.uses.reuse.get(family, 0.0) + n
+        if profile is not None and float(profile.sum()):
+            self.uses.per_matrix.append((family, tuple(profile.tolist())))
 
 
 def count_uses(model: torch.nn.Module, args: Sequence[Any]) -> SubnormalUses:

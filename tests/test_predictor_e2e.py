@@ -577,6 +577,15 @@ def test_counted_subnormals_are_priced_at_the_devices_cost(predictor, resnet):
                for n in p.notes)
     none = priced.predict_captured(resnet, subnormals=SubnormalUses(0.0))
     assert none.p50_ms == base.p50_ms and none.subnormal_ms is None
+    # a batched matmul whose subnormals lie in one thread's half of its batch waits on it
+    two = copy.copy(predictor)
+    two.device = dataclasses.replace(
+        predictor.device, peaks={**predictor.device.peaks, "subnormal": {
+            "reuse_ns": 2.0, "block_ns": 100.0, "threads": 2}})
+    crowded = dataclasses.replace(uses, per_matrix=[("matmul", (0.0, 0.0, 5e5, 5e5))])
+    p = two.predict_captured(resnet, subnormals=crowded)
+    assert p.subnormal_ms == pytest.approx(3.0 + 2.0)  # 2 x 1e6 on one thread, less 1e6
+    assert any("adds 5 ms (2 ms of it waiting on one thread" in n for n in p.notes)
 
 
 def test_predict_spec_with_values_counts_them_in_a_real_forward(predictor):

@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from profilers.specs import parse_input_spec
-from profilers.subnormals import SubnormalUses, count_uses, measure_cost, price, uses_of_spec
+from profilers.subnormals import (
+    SubnormalUses,
+    count_uses,
+    crowding,
+    measure_cost,
+    price,
+    uses_of_spec,
+)
 
 TINY = 1e-39  # below float32's smallest normal, 1.18e-38
 
@@ -50,6 +57,47 @@ def test_price_and_scaled():
     cost = {"reuse_ns": 2.0, "block_ns": 100.0}
     assert price(uses, cost) == pytest.approx({"matmul": 2e-3, "conv": 1e-3, "eltwise": 1e-4})
     assert price(uses.scaled(8), cost)["matmul"] == pytest.approx(16e-3)
+
+
+class Attend(torch.nn.Module):
+    def forward(self, p, v):
+        return p.matmul(v)
+
+
+def attention_operands() -> tuple[torch.Tensor, torch.Tensor]:
+    """2 windows x 2 heads of 4x4 probabilities, subnormal in the second window only: column 0
+    (whose partners, row 0 of the values, are nonzero) and column 3 (row 3: zero padding)."""
+    p = torch.rand(2, 2, 4, 4) + 0.5
+    p[1, :, :, 0] = TINY
+    p[1, :, :, 3] = TINY
+    v = torch.rand(2, 2, 4, 5) + 0.5
+    v[..., 3, :] = 0.0
+    return p, v
+
+
+def test_a_batched_matmul_counts_uses_with_a_nonzero_partner_per_matrix():
+    uses = count_uses(Attend(), attention_operands())
+    # per matrix of the bmm's batch (window-major, then head): column 0's 4 subnormals each
+    # meet 5 nonzero values; column 3's meet zeros and cost nothing
+    assert uses.per_matrix == [("matmul", (0.0, 0.0, 20.0, 20.0))]
+    assert uses.reuse == {"matmul": 40.0}
+    # a matmul against a 2-D matrix runs as one mm, whose threads all read every row: no split
+    p, v = attention_operands()
+    flat = count_uses(Attend(), [p.flatten(0, 1), v[0, 0]])
+    assert flat.per_matrix == [] and flat.reuse == {"matmul": 40.0}
+
+
+def test_crowding_follows_the_parts_threads_take_of_a_batch():
+    profile = (0.0, 0.0, 20.0, 20.0)  # all in the second half
+    assert crowding(profile, 1, 1) == 0.0  # one thread runs it all anyway
+    assert crowding(profile, 1, 2) == 40.0  # 2 x 40 on the busiest thread, less 40 spread
+    assert crowding(profile, 2, 2) == 0.0  # two images: one each, evenly
+    assert crowding(profile, 1, 4) == 40.0  # parts of 1: 4 x 20 - 40
+    assert crowding((5.0, 0.0, 0.0), 1, 2) == 5.0  # parts of 2 and 1 (ceil): 2 x 5 - 5
+    uses = count_uses(Attend(), attention_operands())
+    cost = {"reuse_ns": 2.0, "block_ns": 100.0, "threads": 2}
+    assert price(uses, cost) == {"matmul": pytest.approx((40 + 40) * 2e-9)}
+    assert price(uses.scaled(2), cost) == {"matmul": pytest.approx(80 * 2e-9)}
 
 
 def test_a_spec_is_counted_with_its_weights_and_at_batch_one_scaled(tmp_path):
