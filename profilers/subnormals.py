@@ -19,11 +19,12 @@ What a use costs depends on how the kernel meets the value. Timed alone on that 
   of 16 float32 values (64 bytes) holding a subnormal, read or written, 12-136 ns (add, mul,
   silu, gelu), saturating once every block holds one.
 - A copy, a view or a concatenation does no arithmetic and paid nothing (1.0x).
-Inside swin_t at 1 thread (2026-12-06; each op's in-model time with its inputs as computed and
-with their subnormals zeroed), its linear layers paid 2.64 ns per use and its attention matmuls
-2.65 (224 px) and 2.67 (160 px, whose zero-padded stage-3 values leave 0.37x the uses of 224 px
-in the same bmm), against 2.44-2.62 from `measure_cost` in the same minutes. In mobilevit
-(12-05) the linear layers paid 4.0 (their outputs underflow too) and the convolutions 2.6.
+Inside swin_t at 1 thread (2026-12-06, two runs; each op's in-model time with its inputs as
+computed and with their subnormals zeroed: `benchmarks/subnormal_inmodel.py`), its linear layers
+paid 2.60-2.64 ns per use and its attention matmuls 2.65-2.81 (224 px) and 2.67-2.94 (160 px,
+whose zero-padded stage-3 values leave 0.37x the uses of 224 px in the same bmm), against
+2.44-2.62 from `measure_cost` in the same minutes. In mobilevit (12-05) the linear layers paid
+4.0 (their outputs underflow too) and the convolutions 2.6.
 
 Threads share the slow path as the kernel shares the work. A linear layer's threads all read
 every row, so its subnormals spread evenly; a batched matmul gives each thread a contiguous part
@@ -31,6 +32,8 @@ of its batch of matrices, and Swin's mask crowds its subnormals into the border 
 15 in one half of stage 1's: at 2 threads and batch 1 that bmm paid 1.43-1.67x what it paid at
 batch 8, where the images split evenly (`benchmarks/subnormal_placement.py`). So a batched
 matmul's uses are kept per matrix too, and the busiest thread's excess is priced (`crowding`).
+Inside swin_t at 2 threads its linears paid 1.30-1.35 ns per use (probe 1.28-1.32) and its
+attention matmuls 1.6-1.7x the probe at 224 px, of which `crowding` accounts for 1.43-1.48x.
 
 So a device's cost is two numbers measured on it (`measure_cost`): ns per reuse in the matmul
 families and ns per block elsewhere, spread evenly over its threads; and a model's uses are two
