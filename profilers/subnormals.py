@@ -93,15 +93,15 @@ class SubnormalUses:
 def crowding(per_matrix: Sequence[float], copies: int, threads: int) -> float:
     """The reuses a batched matmul's busiest thread runs beyond an even share, counted as the
     `threads` would pay them together: `threads` x the busiest of `threads` contiguous parts
-    of the batch (`per_matrix` repeated `copies` times, as PyTorch splits a bmm's batch), less
+    of the batch (`per_matrix` repeated `copies` times; so the Xeon split swin_t's bmms), less
     the total. Swin's shifted-window mask leaves its subnormals in the border windows, 11 of
     15 in the second half of stage 1's: 1.47x an even split at 2 threads and batch 1, and
     none at batch 8, where the images split 4 and 4 (`benchmarks/subnormal_placement.py`)."""
     total = sum(per_matrix) * copies
-    if threads <= 1 or not total:
+    if threads <= 1 or not total or copies % threads == 0:  # whole copies each: even
         return 0.0
     n = len(per_matrix) * copies
-    part = -(-n // threads)  # at::parallel_for's chunk: ceil(n / threads)
+    part = -(-n // threads)  # ceil(n / threads) matrices a thread
     busiest = max(sum(per_matrix[i % len(per_matrix)] for i in range(start, min(start + part, n)))
                   for start in range(0, n, part))
     return max(threads * busiest - total, 0.0)
@@ -213,7 +213,6 @@ class _Counter:
         n = sum(blocks for _, blocks in read) + sum(self._count(t)[1] for t in outs)
         if n:
             self.uses.blocks[family] = self.uses.blocks.get(family, 0.0) + n
-
 
     def _reuses(self, func: Any, args: tuple, kwargs: dict, out: Any, family: str,
                 ins: list[torch.Tensor], read: list[tuple[int, int]]) -> None:
