@@ -7,14 +7,17 @@ timed in turn for a while, each model's log time then fitted on each probe's log
 The first form times, round after round until MINUTES have passed, at each thread count: the
 pace probe (`profilers.pace`: four dense 3x3 convolutions), a depthwise probe (four depthwise
 3x3 convolutions at the shapes of a mobile network's stages), a stream probe (adding two 64 MiB
-tensors: DRAM bandwidth) and six held-out-zoo models, each the median of a few runs, and writes
+tensors: DRAM bandwidth), a chain probe (eight depthwise-and-pointwise blocks on 1x16x28x28, 40
+small ops one after another: what a mobile network does between and around its kernels) and six
+held-out-zoo models, each the median of a few runs, and writes
 a tab-separated line per timing. The second prints, per model and thread count, the slope and
 correlation of its log time on each probe's, and which probe explains it best.
 
 Why (benchmarks/RESULTS.md, 2026-12-06 early morning): in a slow spell the pace probe ran 1.41x
 its time of the night before at 2 threads while the held-out models ran 1.31-1.45x (alexnet,
 resnet34, wide_resnet50) to 1.65-1.86x (mnasnet, regnet_x_800mf, efficientnet_v2_s), so one
-pace factor for all models under-predicted the depthwise ones by 20-30%.
+pace factor for all models under-predicted the depthwise ones by 20-30%. Their ops alone had
+slowed only 1.16x: the loss was between and around the kernels, which the chain probe imitates.
 """
 
 from __future__ import annotations
@@ -58,9 +61,16 @@ def _probes() -> dict:
         for conv, x in depthwise:
             conv(x)
 
+    def block() -> list[torch.nn.Module]:
+        return [torch.nn.Conv2d(16, 16, 3, padding=1, groups=16), torch.nn.BatchNorm2d(16),
+                torch.nn.ReLU6(), torch.nn.Conv2d(16, 16, 1), torch.nn.BatchNorm2d(16)]
+
+    chain = torch.nn.Sequential(*(m for _ in range(8) for m in block())).eval()
+    x = torch.randn(1, 16, 28, 28, generator=gen)
     conv = pace.probe()
     return {"pace": lambda: conv(), "depthwise": lambda: _median_s(dw, 10),
-            "stream": lambda: _median_s(lambda: torch.add(a, b), 5)}
+            "stream": lambda: _median_s(lambda: torch.add(a, b), 5),
+            "chain": lambda: _median_s(lambda: chain(x), 10)}
 
 
 def record(minutes: float, threads: list[int]) -> None:
@@ -89,8 +99,8 @@ def fit(path: str) -> None:
         n, _, t, name, ms = line.rstrip("\n").split("\t")
         rounds[(int(n), int(t))][name] = math.log(float(ms))
     for t in sorted({t for _, t in rounds}):
-        rows = [v for (_, tt), v in sorted(rounds.items()) if tt == t]
-        probes = ("pace", "depthwise", "stream")
+        rows = [v for (_, tt), v in sorted(rounds.items()) if tt == t and "chain" in v]
+        probes = ("pace", "depthwise", "stream", "chain")
         spread = {p: math.exp(max(r[p] for r in rows) - min(r[p] for r in rows)) for p in probes}
         print(f"{t} thread(s), {len(rows)} rounds; max/min of each probe: "
               + ", ".join(f"{p} {s:.2f}x" for p, s in spread.items()))
