@@ -87,6 +87,19 @@ def test_a_batched_matmul_counts_uses_with_a_nonzero_partner_per_matrix():
     assert flat.per_matrix == [] and flat.reuse == {"matmul": 40.0}
 
 
+def test_a_linear_counts_only_the_weights_a_subnormal_meets():
+    fc = torch.nn.Linear(4, 3).eval()
+    with torch.no_grad():
+        fc.weight.copy_(torch.rand(3, 4) + 0.5)
+        fc.weight[:, 2] = 0.0  # input feature 2 meets only zeros
+        fc.weight[1, 0] = 0.0  # feature 0 meets 2 nonzero weights of 3
+    x = torch.rand(5, 4) + 0.5
+    x[:, 0] = TINY
+    x[:, 2] = TINY
+    uses = count_uses(fc, [x])
+    assert uses.reuse == {"matmul": 5 * 2} and uses.per_matrix == []
+
+
 def test_crowding_follows_the_parts_threads_take_of_a_batch():
     profile = (0.0, 0.0, 20.0, 20.0)  # all in the second half
     assert crowding(profile, 1, 1) == 0.0  # one thread runs it all anyway
