@@ -30,13 +30,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from profilers.modelbench import prepare
 from profilers.subnormals import (
-    BATCHED_MATMULS,
     PRODUCTS,
     _floats,
-    _partnered,
     _subnormal,
     crowding,
     measure_cost,
+    product_uses,
 )
 from profilers.timer import thread_count
 
@@ -70,15 +69,14 @@ class _PerProduct(TorchDispatchMode):
         for _ in range(2):
             _timed(func, args, kwargs), _timed(func, zeroed, kwargs)
         plain, clean = _timed(func, args, kwargs), _timed(func, zeroed, kwargs)
-        i, j, transposed = PRODUCTS[name]
-        a, b = args[i], args[j].t() if transposed else args[j]
-        per = _partnered(a, b).flatten()
+        per, batched = product_uses(name, args)
+        per = per.flatten()
         factor = 1.0
-        if name in BATCHED_MATMULS and a.dim() >= 3 and b.dim() >= 3 and float(per.sum()):
+        if batched and float(per.sum()):
             profile = tuple(per.tolist())
             factor = 1 + crowding(profile, 1, self.threads) / sum(profile)
-        call = self.calls.setdefault(self.seen, [name, tuple(a.shape), float(per.sum()), factor,
-                                                 [], []])
+        shape = tuple(args[PRODUCTS[name][0]].shape)
+        call = self.calls.setdefault(self.seen, [name, shape, float(per.sum()), factor, [], []])
         call[4].append(plain)
         call[5].append(clean)
         self.seen += 1

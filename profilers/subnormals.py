@@ -154,6 +154,15 @@ def _partnered(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             + (_subnormal(b).sum(-1, dtype=f64) * (a != 0).sum(-2, dtype=f64)).sum(-1))
 
 
+def product_uses(name: str, args: tuple) -> tuple[torch.Tensor, bool]:
+    """A matrix product's (`PRODUCTS`, by op name) multiply-adds that read a subnormal with a
+    nonzero partner, per matrix of its batch (`_partnered`), and whether its kernel splits that
+    batch over threads (`BATCHED_MATMULS`: both operands 3-D or more)."""
+    i, j, transposed = PRODUCTS[name]
+    a, b = args[i], args[j].t() if transposed else args[j]
+    return _partnered(a, b), name in BATCHED_MATMULS and a.dim() >= 3 and b.dim() >= 3
+
+
 def _blocks(mask: torch.Tensor) -> int:
     """16-value blocks of `mask`, in row-major order, holding at least one True."""
     flat = mask.contiguous().reshape(-1)
@@ -222,14 +231,12 @@ class _Counter:
         name = str(func.overloadpacket)
         profile = None
         if name in PRODUCTS:
-            i, j, transposed = PRODUCTS[name]
-            a, b = args[i], args[j].t() if transposed else args[j]
-            per = _partnered(a, b)
-            if name in BATCHED_MATMULS and a.dim() >= 3 and b.dim() >= 3:
-                profile = per.flatten()
+            per, batched = product_uses(name, args)
+            profile = per.flatten() if batched else None
             # a bias or an added matrix: each subnormal value read once
+            i, j, _ = PRODUCTS[name]
             n = float(per.sum()) + sum(sub for t, (sub, _) in zip(ins, read, strict=True)
-                                       if t is not a and t is not args[j])
+                                       if t is not args[i] and t is not args[j])
         else:
             from profilers.capture import _output_specs
             from profilers.oprecord import OpRecord
