@@ -488,7 +488,8 @@ def measure_models(db: KernelDB, device_id: str, run_id: str, settings: ProfileS
         started_s = max(time.monotonic() - t - runs_s, 0.0)
         start_s = started_s if start_s is None else min(start_s, started_s)
         stats = {**(m.cpu_use.to_stats() if m.cpu_use else {}),
-                 **({"pace_s": m.pace_s} if m.pace_s is not None else {})}
+                 **({"pace_s": m.pace_s} if m.pace_s is not None else {}),
+                 **({"chain_s": m.chain_s} if m.chain_s is not None else {})}
         db.add_model_measurement(device_id, case.spec, case.family, key, m.samples_s,
                                  run_id=run_id, stats=stats or None)
         done += 1

@@ -187,6 +187,11 @@ class ModelMeasurement:
         """The machine's pace while it was timed (profilers.pace; None: not probed)."""
         return (self.stats or {}).get("pace_s")
 
+    @property
+    def chain_s(self) -> float | None:
+        """The chain probe's time then (profilers.pace.chain_probe; None: not probed)."""
+        return (self.stats or {}).get("chain_s")
+
     def to_json(self) -> dict:
         return asdict(self)
 

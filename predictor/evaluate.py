@@ -43,6 +43,16 @@ and 0.7 on the moment came within 0.1 points of MAPE, so it is an even split, no
 It is not the default: the probe sees only some of the slowdowns that move a model
 (`benchmarks/pace_normalised_fit.py`), and an evaluation should show the profile's prediction as
 the user gets it; the profile-anchored numbers are kept beside it.
+
+One factor does not fit every model. In a slow spell (benchmarks/RESULTS.md, 2026-12-06 early
+morning) the probe and the dense models ran 1.3-1.45x their profile's time while the depthwise
+ones (mnasnet, regnet_x_800mf, efficientnet_v2_s) ran 1.65-1.86x, their ops alone only 1.16x: the
+loss was between and around the kernels, about 23 us per op. So where the profile timed it, the
+pace anchor also has the chain probe (`profilers.pace.chain_probe`: `CHAIN_OPS` small ops one
+after another) and adds each op the prediction prices what one of the chain's ops costs now
+beyond the model's factor (`_chain_per_op_ms`; the same geometric mean of the moment and the
+session). A model of many small ops follows the chain, one of few large ops the factor. The
+report keeps the factor alone beside it ("hwlat_pace_factor_only").
 """
 
 from __future__ import annotations
@@ -293,6 +303,49 @@ def _pace_anchor(paces_ms: Sequence[Sequence[float | None]], contended: Sequence
     return Drift(float(med), float(q25), float(q75), [], overall.pace_ms), factors
 
 
+def _profile_chain_ms(profile_timings: Sequence) -> float | None:
+    """The chain probe's median over the profile's undisturbed end-to-end timings (None: not
+    probed; profiles before it)."""
+    quiet = quiet_ids(profile_timings)
+    then = [m.chain_s * 1e3 for m in profile_timings if m.chain_s and m.id in quiet]
+    return statistics.median(then) if then else None
+
+
+def _chain_per_op_ms(chains_ms: Sequence[Sequence[float | None]],
+                     contended: Sequence[Sequence[int]], slow: Sequence[Sequence[int]],
+                     profile_timings: Sequence, factors: Sequence[float]) -> list[float]:
+    """The pace anchor's second term, per model: what each op costs now beyond its pace factor,
+    from the chain probe (`profilers.pace.chain_probe`, `CHAIN_OPS` small ops) beside the rounds
+    its measurement keeps and over all kept rounds (their geometric mean, as for the factor),
+    less the probe's time in the profile times the model's factor, over its ops; in ms, added
+    once per op the prediction prices. [] when the chain probe is unknown now or then."""
+    then = _profile_chain_ms(profile_timings)
+    overall = _kept_paces(chains_ms, contended, slow)
+    if then is None or not overall or not factors:
+        return []
+    session = statistics.median(overall)
+    out = []
+    for cs, busy, sluggish, k in zip(chains_ms, contended, slow, factors, strict=True):
+        kept = [c for n in _kept_rounds(len(cs), busy, sluggish) if (c := cs[n])]
+        now = float(np.sqrt(statistics.median(kept) * session)) if kept else session
+        out.append((now - k * then) / pace.CHAIN_OPS)
+    return out
+
+
+def chain_note(chains_ms: Sequence[Sequence[float | None]], contended: Sequence[Sequence[int]],
+               slow: Sequence[Sequence[int]], profile_timings: Sequence, drift: Drift | None,
+               per_op: Sequence[float]) -> str | None:
+    """What the chain probe added to the pace anchor, in one line (None: nothing to say)."""
+    then = _profile_chain_ms(profile_timings)
+    now = _kept_paces(chains_ms, contended, slow)
+    if then is None or not now or drift is None:
+        return None
+    return (f"the chain probe of {pace.CHAIN_OPS} small ops ran {statistics.median(now):.2f} ms "
+            f"against {then:.2f} ms in the profile ({statistics.median(now) / then:.2f}x, the "
+            f"pace factor {drift.ratio:.2f}x): each priced op adds a median "
+            f"{statistics.median(per_op) * 1e3:+.1f} us to the pace-anchored prediction")
+
+
 @dataclass
 class EvalRow:
     spec: str
@@ -319,6 +372,9 @@ class EvalRow:
     others_cores_max: float | None = None  # the most cores other processes took in a round
     round_pace_ms: list[float | None] = field(default_factory=list)  # profilers.pace, per round
     round_runs: list[int] = field(default_factory=list)  # timed passes in each round
+    round_chain_ms: list[float | None] = field(default_factory=list)  # pace.chain_probe, per round
+    n_timed_ops: int | None = None  # the ops the prediction prices
+    chain_ms: float | None = None  # the chain probe's term in predicted_ms (None: not added)
 
     @property
     def predicted_flushed_ms(self) -> float:
@@ -478,9 +534,12 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     after = _time_references(refs, measure_fn, runs, warmup, dev.threads, dev.kind, progress)
     profile_timings = db.model_measurements(dev.id, kind="e2e") if db else []
     factors: list[float] = []  # the pace anchor's, one per case
+    chains = [[t.chain_s * 1e3 if t.chain_s else None for t in ts] for ts in timings]
+    per_op: list[float] = []  # the chain probe's extra ms per op, one per case
     if anchor == "pace":
         paces = [[t.pace_s * 1e3 if t.pace_s else None for t in ts] for ts in timings]
         drift, factors = _pace_anchor(paces, contended, slow, profile_timings)
+        per_op = _chain_per_op_ms(chains, contended, slow, profile_timings, factors)
     else:
         drift = _drift(_faster_of(before, after))
     subnormal: list[SubnormalUses | None] = [None] * len(cases)
@@ -511,20 +570,21 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     factors = factors or [drift.ratio if drift else 1.0] * len(cases)
     cost_pace = _cost_pace(predictor, drift if anchor == "pace" else None)
     rows = []
-    for case, cap, measured, rounds_ms, ts, busy, sluggish, sub, flushed_ms, k in zip(
+    for case, cap, measured, rounds_ms, ts, busy, sluggish, sub, flushed_ms, k, e in zip(
             cases, captured, measured_ms, round_ms, timings, contended, slow, subnormal, flushed,
-            factors, strict=True):
+            factors, per_op or [None] * len(cases), strict=True):
         pred = predictor.predict_captured(cap, subnormals=sub)
         # the slow path's cost was timed at its own pace, not necessarily the profile's
         own = pred.subnormal_ms or 0.0
         slow_ms = None if pred.subnormal_ms is None else k * own * cost_pace
-        predicted = k * (pred.p50_ms - own) + (slow_ms or 0.0)
+        chain_ms = None if e is None else e * pred.n_timed_ops
+        predicted = k * (pred.p50_ms - own) + (slow_ms or 0.0) + (chain_ms or 0.0)
         rows.append(EvalRow(
             spec=case.spec, family=case.family or cap.family, inputs=pred.inputs,
             batch=cap.inputs[0].shape[0] if cap.inputs and cap.inputs[0].shape else None,
             measured_ms=measured, measured_rounds_ms=rounds_ms, predicted_ms=predicted,
-            interval_ms=[k * (v - own * x) + (slow_ms or 0.0) * x for v, x in
-                         zip(pred.interval_ms, Predictor.SUBNORMAL_BAND, strict=True)],
+            interval_ms=[k * (v - own * x) + (slow_ms or 0.0) * x + (chain_ms or 0.0) for v, x
+                         in zip(pred.interval_ms, Predictor.SUBNORMAL_BAND, strict=True)],
             error_pct=(predicted / measured - 1) * 100, flops=pred.flops,
             flops_pred_ms=k * flops_base.predict_flops(pred.flops) * 1e3 if flops_base else None,
             roofline_pred_ms=(k * roof_base.predict_roofline(pred.roofline_ms / 1e3) * 1e3
@@ -537,9 +597,13 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
             contended_rounds=busy, slow_rounds=sluggish,
             round_pace_ms=[t.pace_s * 1e3 if t.pace_s else None for t in ts],
             round_runs=[len(t.samples_s) for t in ts],
+            round_chain_ms=[t.chain_s * 1e3 if t.chain_s else None for t in ts],
+            n_timed_ops=pred.n_timed_ops, chain_ms=chain_ms,
             others_cores_max=max((t.others_cores for t in ts if t.others_cores is not None),
                                  default=None)))
     notes += [n for n in map(_subnormal_note, rows) if n]
+    if per_op and (line := chain_note(chains, contended, slow, profile_timings, drift, per_op)):
+        notes.append(line)
     if line := contended_note(rows):
         notes.append(line)
     if line := slow_note(rows):
@@ -659,6 +723,9 @@ def _report(device: str, rows: list[EvalRow], runs: int, notes: list[str],
     if drift:
         summary["hwlat_profile_anchor"] = metrics(measured,
                                                   [r.predicted_profile_ms for r in rows])
+    if any(r.chain_ms is not None for r in rows):  # the pace anchor without its chain term
+        summary["hwlat_pace_factor_only"] = metrics(
+            measured, [r.predicted_ms - (r.chain_ms or 0.0) for r in rows])
     if any(r.measured_flushed_ms for r in rows):  # beside, not instead: both are measurements
         summary["hwlat_flushed"] = metrics([r.measured_flushed_ms or r.measured_ms for r in rows],
                                            [r.predicted_flushed_ms if r.measured_flushed_ms

@@ -368,7 +368,8 @@ def time_forward(spec: str, inputs: list[str] | None = None, *, batch: int | Non
     thread only in a process whose OpenMP workers have not started yet, as in
     `time_forward_isolated`'s fresh child), with
     other processes' CPU use meanwhile and, on a CPU, the machine's pace (`profilers.pace`: a
-    fixed probe timed just before and just after, the faster of the two).
+    fixed probe timed just before and just after, the faster of the two; and the same for its
+    chain probe of small ops).
 
     No cache flush: a model's ops already evict each other, which is what it measures. Other
     processes' CPU use is read over the timing, or where that is too short for the kernel's 10 ms
@@ -395,7 +396,9 @@ def time_forward(spec: str, inputs: list[str] | None = None, *, batch: int | Non
                     model(*args)
 
             probe = pace.probe() if on_cpu else None
+            chain = pace.chain_probe() if on_cpu else None
             before_s = probe() if probe else None
+            chain_before_s = chain() if chain else None
             timing = contention.Meter()
             m = measure(forward, clock=clock_for(device), warmup=warmup, min_reps=min_runs,
                         max_reps=max(min_runs, 200), max_time_s=max_time_s, rel_tol=0.01,
@@ -403,10 +406,12 @@ def time_forward(spec: str, inputs: list[str] | None = None, *, batch: int | Non
                         min_reps_under_cap=min_runs if keep_min_runs else MIN_SAMPLES_UNDER_CAP)
             use = timing.stop() or whole.stop()
             pace_s = min(before_s, probe()) if probe and before_s is not None else None
+            chain_s = (min(chain_before_s, chain()) if chain and chain_before_s is not None
+                       else None)
     finally:
         if flushing:
             torch.set_flush_denormal(False)
-    return dataclasses.replace(m, cpu_use=use, pace_s=pace_s)
+    return dataclasses.replace(m, cpu_use=use, pace_s=pace_s, chain_s=chain_s)
 
 
 def can_flush_denormal() -> bool:

@@ -18,6 +18,12 @@ squeezenet1_1 at 1x3x224x224, 30 fresh processes each, in one run): the pace cor
 model's median at r = 0.82, 0.83 and 0.70; of the 45 timings over 1.15x their model's fastest it
 flagged 28, and 3 others; the timings kept were at most 1.13x, 1.25x and 1.37x their fastest at
 the 90th percentile, against 1.38x, 1.54x and 1.65x for all.
+
+Beside it each timing also times a chain probe (`chain_probe`): small ops one after another, the
+shape of a mobile network, whose time goes more to the framework and the caches between and
+around kernels than to the kernels. In a slow spell the two probes' models parted: dense models
+slowed as the convolutions did, depthwise ones half as much again (`predictor.evaluate`'s pace
+anchor uses both).
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ PROBE_RUNS = 10
 SLOW_PACE = 1.2  # a pace this many times the usual marks a slow spell
 PACE_QUANTILE = 25  # the usual pace: this percentile of the device's timings' paces
 MIN_PACES = 5  # fewer paces than this give no usual pace, and no timing is flagged
+CHAIN_BLOCKS, CHAIN_CHANNELS, CHAIN_SIZE = 8, 16, 28  # the chain probe (`chain_probe`)
+CHAIN_OPS = 5 * CHAIN_BLOCKS  # its ops (aten calls) per pass
 
 
 def probe() -> Callable[[], float]:
@@ -53,6 +61,34 @@ def probe() -> Callable[[], float]:
             for conv, x in convs:
                 conv(x)
 
+    return _timed(once)
+
+
+def chain_probe() -> Callable[[], float]:
+    """Like `probe`, for the chain probe: `CHAIN_BLOCKS` depthwise-and-pointwise blocks, each a
+    depthwise 3x3 convolution, batch norm, ReLU6, a 1x1 convolution and batch norm, on
+    1x`CHAIN_CHANNELS`x`CHAIN_SIZE`x`CHAIN_SIZE`: `CHAIN_OPS` small ops one after another, which
+    cost what the framework and the caches do between and around kernels more than the kernels."""
+    import torch
+    from torch import nn
+
+    gen = torch.Generator().manual_seed(0)
+    c = CHAIN_CHANNELS
+    chain = nn.Sequential(*(m for _ in range(CHAIN_BLOCKS) for m in (
+        nn.Conv2d(c, c, 3, padding=1, groups=c), nn.BatchNorm2d(c), nn.ReLU6(),
+        nn.Conv2d(c, c, 1), nn.BatchNorm2d(c)))).eval()
+    x = torch.randn(1, c, CHAIN_SIZE, CHAIN_SIZE, generator=gen)
+
+    def once() -> None:
+        with torch.inference_mode():
+            chain(x)
+
+    return _timed(once)
+
+
+def _timed(once: Callable[[], None]) -> Callable[[], float]:
+    """A function that runs `once` `PROBE_RUNS` times (after `PROBE_WARMUP` runs the first time,
+    one after that) and returns the median seconds."""
     warm = [PROBE_WARMUP]
 
     def run() -> float:

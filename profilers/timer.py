@@ -47,6 +47,7 @@ class Measurement:
     label: str = ""
     cpu_use: contention.CpuUse | None = None  # other processes' meanwhile (None: unknown)
     pace_s: float | None = None  # the machine's pace then (profilers.pace; None: not probed)
+    chain_s: float | None = None  # ... and its chain probe's (profilers.pace.chain_probe)
 
     @property
     def others_cores(self) -> float | None:

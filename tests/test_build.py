@@ -227,7 +227,8 @@ def test_a_timing_in_a_slow_spell_does_not_count_and_is_timed_again_first(tmp_pa
 
     def fake_forward(spec, inputs, **kw):
         log.append(f"{spec} {inputs[0]}")
-        return forward_timing([0.01] * 5, pace_s=0.009 if len(log) == 3 else 0.005)
+        return forward_timing([0.01] * 5, pace_s=0.009 if len(log) == 3 else 0.005,
+                              chain_s=0.002)
 
     monkeypatch.setattr(modelbench, "time_forward_isolated", fake_forward)
     monkeypatch.setattr(build, "measure_configs", lambda *a, **kw: 0)
@@ -239,6 +240,7 @@ def test_a_timing_in_a_slow_spell_does_not_count_and_is_timed_again_first(tmp_pa
         rows = db.model_measurements(report.device_id, kind="e2e")
     assert len(log) == 16 and log[8] == log[2]  # 8 settings, each twice; the slow one first
     assert [r.pace_s for r in rows[:3]] == [0.005, 0.005, 0.009]
+    assert {r.chain_s for r in rows} == {0.002}  # kept beside it, for the evaluation's anchor
     assert quiet_ids(rows) == {r.id for r in rows} - {rows[2].id}
     assert report.models_slow_now == 1 and report.models_contended_now == 0
     assert report.models_untimed == 1  # its setting has one timing that counts

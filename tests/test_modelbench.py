@@ -198,6 +198,7 @@ def test_time_forward_carries_other_processes_cpu_use_over_the_runs_else_build_a
     assert spans == ["start", "build", "start", "stop"] and m.n >= 3
     assert (m.others_cores, m.cpu_use.cpus, m.threads) == (0.4, 2, 2) and m.contended
     assert m.pace_s is not None and 0 < m.pace_s < 1  # the probe beside it (profilers.pace)
+    assert m.chain_s is not None and 0 < m.chain_s < 1  # and the chain probe
     spans.clear()
     readings[:] = [whole, None]
     m = timed()

@@ -460,6 +460,43 @@ def test_pace_anchor_scales_each_model_by_the_probe_beside_its_rounds(predictor,
     assert any("pace probe was not timed" in n for n in unprobed.notes)
 
 
+def test_the_chain_probe_adds_each_op_its_cost_beyond_the_pace_factor(predictor, tmp_path):
+    """Where the profile timed the chain probe too, each op of a model costs what the chain's
+    ops cost now beyond the model's pace factor (a machine state that slows small ops more than
+    dense convolutions slows a model of many small ops more)."""
+    from profilers import pace
+
+    with KernelDB.open(tmp_path / "chained.db") as db:
+        db.upsert_device({"t": 1}, device_id="dev1", kind="cpu", threads=1, peaks=PEAKS)
+        for i in range(6):
+            db.add_model_measurement("dev1", f"m{i}", "f", {"inputs": list(SMALL)}, [0.002] * 3,
+                                     stats={"pace_s": 0.005, "chain_s": 0.002})
+        cases = [EvalCase(spec, SMALL) for spec in SPECS]
+        # every round at 1.2x the profile's pace; the chain at 1.5x (3 ms against 2), so each op
+        # costs (3 - 1.2 x 2) / CHAIN_OPS ms more than the factor gives it
+        chained = evaluate(db, "dev1", cases, predictor=predictor, anchor="pace",
+                           measure_fn=lambda *a: timing([0.004] * a[2], pace_s=0.006,
+                                                        chain_s=0.003))
+        plain = evaluate(db, "dev1", cases, predictor=predictor,
+                         measure_fn=lambda *a: timing([0.004] * a[2]))
+        paced_only = evaluate(db, "dev1", cases, predictor=predictor, anchor="pace",
+                              measure_fn=lambda *a: timing([0.004] * a[2], pace_s=0.006))
+    per_op = (3.0 - 1.2 * 2.0) / pace.CHAIN_OPS
+    for c, p, o in zip(chained.rows, plain.rows, paced_only.rows, strict=True):
+        assert c.n_timed_ops > 0 and c.round_chain_ms == pytest.approx([3.0] * 3)
+        assert c.chain_ms == pytest.approx(per_op * c.n_timed_ops)
+        assert c.predicted_ms == pytest.approx(1.2 * p.predicted_ms + c.chain_ms)
+        assert c.interval_ms == pytest.approx([1.2 * v + c.chain_ms for v in p.interval_ms])
+        assert o.chain_ms is None and o.predicted_ms == pytest.approx(1.2 * p.predicted_ms)
+    assert chained.summary["hwlat_pace_factor_only"]["mape_pct"] == pytest.approx(
+        paced_only.summary["hwlat"]["mape_pct"])
+    assert "hwlat_pace_factor_only" not in paced_only.summary
+    [note] = [n for n in chained.notes if "chain probe" in n]
+    assert note == (f"the chain probe of {pace.CHAIN_OPS} small ops ran 3.00 ms against 2.00 ms "
+                    "in the profile (1.50x, the pace factor 1.20x): each priced op adds a median "
+                    f"{per_op * 1e3:+.1f} us to the pace-anchored prediction")
+
+
 def test_subnormals_are_priced_where_the_device_measured_their_cost(predictor):
     """With a measured cost, the slow path joins the prediction; "hwlat_flushed" scores the
     prediction without it against the flushed timing."""

@@ -98,7 +98,8 @@ def _inputs_for(spec: str, inputs: tuple[str, ...], batch: int) -> tuple[str, ..
 
 
 SUMMARY_LABELS = {"flops": "FLOPs-linear", "hwlat_profile_anchor": "hwlat, profile anchor",
-                  "hwlat_flushed": "hwlat, subnormals flushed", "remeasurement": "re-measurement"}
+                  "hwlat_flushed": "hwlat, subnormals flushed", "remeasurement": "re-measurement",
+                  "hwlat_pace_factor_only": "hwlat, pace factor alone"}
 
 
 def show(report: EvalReport) -> None:
