@@ -7,10 +7,11 @@ timed in turn for a while, each model's log time then fitted on each probe's log
 The first form times, round after round until MINUTES have passed, at each thread count: the
 pace probe (`profilers.pace`: four dense 3x3 convolutions), a depthwise probe (four depthwise
 3x3 convolutions at the shapes of a mobile network's stages), a stream probe (adding two 64 MiB
-tensors: DRAM bandwidth), a chain probe (eight depthwise-and-pointwise blocks on 1x16x28x28, 40
-small ops one after another: what a mobile network does between and around its kernels) and six
-held-out-zoo models, each the median of a few runs, and writes
-a tab-separated line per timing. The second prints, per model and thread count, the slope and
+tensors: DRAM bandwidth), the chain probe (`profilers.pace.chain_probe`: eight
+depthwise-and-pointwise blocks on 1x16x28x28, 40 small ops one after another: what a mobile
+network does between and around its kernels; every end-to-end timing times it since 24c9e09)
+and six held-out-zoo models, each the median of a few runs, and writes a tab-separated line per
+timing. The second prints, per model and thread count, the slope and
 correlation of its log time on each probe's, and which probe explains it best.
 
 Why (benchmarks/RESULTS.md, 2026-12-06 early morning): in a slow spell the pace probe ran 1.41x
@@ -61,16 +62,9 @@ def _probes() -> dict:
         for conv, x in depthwise:
             conv(x)
 
-    def block() -> list[torch.nn.Module]:
-        return [torch.nn.Conv2d(16, 16, 3, padding=1, groups=16), torch.nn.BatchNorm2d(16),
-                torch.nn.ReLU6(), torch.nn.Conv2d(16, 16, 1), torch.nn.BatchNorm2d(16)]
-
-    chain = torch.nn.Sequential(*(m for _ in range(8) for m in block())).eval()
-    x = torch.randn(1, 16, 28, 28, generator=gen)
-    conv = pace.probe()
-    return {"pace": lambda: conv(), "depthwise": lambda: _median_s(dw, 10),
+    return {"pace": pace.probe(), "depthwise": lambda: _median_s(dw, 10),
             "stream": lambda: _median_s(lambda: torch.add(a, b), 5),
-            "chain": lambda: _median_s(lambda: chain(x), 10)}
+            "chain": pace.chain_probe()}
 
 
 def record(minutes: float, threads: list[int]) -> None:
