@@ -50,7 +50,7 @@ ones (mnasnet, regnet_x_800mf, efficientnet_v2_s) ran 1.65-1.86x, their ops alon
 loss was between and around the kernels, about 23 us per op. So where the profile timed it, the
 pace anchor also has the chain probe (`profilers.pace.chain_probe`: `CHAIN_OPS` small ops one
 after another) and adds each op the prediction prices what one of the chain's ops costs now
-beyond the model's factor (`_chain_per_op_ms`; the same geometric mean of the moment and the
+beyond the model's factor (`_chain_term`; the same geometric mean of the moment and the
 session). A model of many small ops follows the chain, one of few large ops the factor. The
 report keeps the factor alone beside it ("hwlat_pace_factor_only").
 """
@@ -255,11 +255,11 @@ def _drift(timed: list[dict]) -> Drift | None:
     return Drift(float(med), float(q25), float(q75), timed)
 
 
-def _profile_pace_ms(profile_timings: Sequence) -> float | None:
-    """The probe's median over the profile's undisturbed end-to-end timings (the correction's
-    fit; None: not probed)."""
+def _profile_pace_ms(profile_timings: Sequence, probe: str = "pace_s") -> float | None:
+    """A probe's median (`probe`: "pace_s", or "chain_s" for the chain probe) over the profile's
+    undisturbed end-to-end timings (the correction's fit; None: not probed)."""
     quiet = quiet_ids(profile_timings)
-    then = [m.pace_s * 1e3 for m in profile_timings if m.pace_s and m.id in quiet]
+    then = [t * 1e3 for m in profile_timings if (t := getattr(m, probe)) and m.id in quiet]
     return statistics.median(then) if then else None
 
 
@@ -303,47 +303,43 @@ def _pace_anchor(paces_ms: Sequence[Sequence[float | None]], contended: Sequence
     return Drift(float(med), float(q25), float(q75), [], overall.pace_ms), factors
 
 
-def _profile_chain_ms(profile_timings: Sequence) -> float | None:
-    """The chain probe's median over the profile's undisturbed end-to-end timings (None: not
-    probed; profiles before it)."""
-    quiet = quiet_ids(profile_timings)
-    then = [m.chain_s * 1e3 for m in profile_timings if m.chain_s and m.id in quiet]
-    return statistics.median(then) if then else None
+@dataclass(frozen=True)
+class ChainTerm:
+    """The pace anchor's second term (`_chain_term`): the chain probe now and in the profile (ms)
+    and, per model, what each op costs now beyond its pace factor (ms)."""
+
+    now_ms: float
+    then_ms: float
+    per_op_ms: list[float]
 
 
-def _chain_per_op_ms(chains_ms: Sequence[Sequence[float | None]],
-                     contended: Sequence[Sequence[int]], slow: Sequence[Sequence[int]],
-                     profile_timings: Sequence, factors: Sequence[float]) -> list[float]:
-    """The pace anchor's second term, per model: what each op costs now beyond its pace factor,
-    from the chain probe (`profilers.pace.chain_probe`, `CHAIN_OPS` small ops) beside the rounds
-    its measurement keeps and over all kept rounds (their geometric mean, as for the factor),
-    less the probe's time in the profile times the model's factor, over its ops; in ms, added
-    once per op the prediction prices. [] when the chain probe is unknown now or then."""
-    then = _profile_chain_ms(profile_timings)
+def _chain_term(chains_ms: Sequence[Sequence[float | None]], contended: Sequence[Sequence[int]],
+                slow: Sequence[Sequence[int]], profile_timings: Sequence,
+                factors: Sequence[float]) -> ChainTerm | None:
+    """Per model, what each op costs now beyond its pace factor, from the chain probe
+    (`profilers.pace.chain_probe`, `CHAIN_OPS` small ops) beside the rounds its measurement keeps
+    and over all kept rounds (their geometric mean, as for the factor), less the probe's time in
+    the profile times the model's factor, over its ops; added once per op the prediction prices.
+    None when the chain probe is unknown now or then, or there is no factor."""
+    then = _profile_pace_ms(profile_timings, "chain_s")
     overall = _kept_paces(chains_ms, contended, slow)
     if then is None or not overall or not factors:
-        return []
+        return None
     session = statistics.median(overall)
-    out = []
+    per_op = []
     for cs, busy, sluggish, k in zip(chains_ms, contended, slow, factors, strict=True):
         kept = [c for n in _kept_rounds(len(cs), busy, sluggish) if (c := cs[n])]
         now = float(np.sqrt(statistics.median(kept) * session)) if kept else session
-        out.append((now - k * then) / pace.CHAIN_OPS)
-    return out
+        per_op.append((now - k * then) / pace.CHAIN_OPS)
+    return ChainTerm(session, then, per_op)
 
 
-def chain_note(chains_ms: Sequence[Sequence[float | None]], contended: Sequence[Sequence[int]],
-               slow: Sequence[Sequence[int]], profile_timings: Sequence, drift: Drift | None,
-               per_op: Sequence[float]) -> str | None:
-    """What the chain probe added to the pace anchor, in one line (None: nothing to say)."""
-    then = _profile_chain_ms(profile_timings)
-    now = _kept_paces(chains_ms, contended, slow)
-    if then is None or not now or drift is None:
-        return None
-    return (f"the chain probe of {pace.CHAIN_OPS} small ops ran {statistics.median(now):.2f} ms "
-            f"against {then:.2f} ms in the profile ({statistics.median(now) / then:.2f}x, the "
-            f"pace factor {drift.ratio:.2f}x): each priced op adds a median "
-            f"{statistics.median(per_op) * 1e3:+.1f} us to the pace-anchored prediction")
+def chain_note(term: ChainTerm, drift: Drift) -> str:
+    """What the chain probe added to the pace anchor, in one line."""
+    return (f"the chain probe of {pace.CHAIN_OPS} small ops ran {term.now_ms:.2f} ms against "
+            f"{term.then_ms:.2f} ms in the profile ({term.now_ms / term.then_ms:.2f}x, the pace "
+            f"factor {drift.ratio:.2f}x): each priced op adds a median "
+            f"{statistics.median(term.per_op_ms) * 1e3:+.1f} us to the pace-anchored prediction")
 
 
 @dataclass
@@ -535,11 +531,11 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     profile_timings = db.model_measurements(dev.id, kind="e2e") if db else []
     factors: list[float] = []  # the pace anchor's, one per case
     chains = [[t.chain_s * 1e3 if t.chain_s else None for t in ts] for ts in timings]
-    per_op: list[float] = []  # the chain probe's extra ms per op, one per case
+    chain: ChainTerm | None = None
     if anchor == "pace":
         paces = [[t.pace_s * 1e3 if t.pace_s else None for t in ts] for ts in timings]
         drift, factors = _pace_anchor(paces, contended, slow, profile_timings)
-        per_op = _chain_per_op_ms(chains, contended, slow, profile_timings, factors)
+        chain = _chain_term(chains, contended, slow, profile_timings, factors)
     else:
         drift = _drift(_faster_of(before, after))
     subnormal: list[SubnormalUses | None] = [None] * len(cases)
@@ -570,9 +566,10 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     factors = factors or [drift.ratio if drift else 1.0] * len(cases)
     cost_pace = _cost_pace(predictor, drift if anchor == "pace" else None)
     rows = []
-    for case, cap, measured, rounds_ms, ts, busy, sluggish, sub, flushed_ms, k, e in zip(
-            cases, captured, measured_ms, round_ms, timings, contended, slow, subnormal, flushed,
-            factors, per_op or [None] * len(cases), strict=True):
+    per_op = chain.per_op_ms if chain else [None] * len(cases)
+    for i, (case, cap, measured, rounds_ms, ts, busy, sluggish, sub, flushed_ms, k, e) in enumerate(
+            zip(cases, captured, measured_ms, round_ms, timings, contended, slow, subnormal,
+                flushed, factors, per_op, strict=True)):
         pred = predictor.predict_captured(cap, subnormals=sub)
         # the slow path's cost was timed at its own pace, not necessarily the profile's
         own = pred.subnormal_ms or 0.0
@@ -597,13 +594,13 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
             contended_rounds=busy, slow_rounds=sluggish,
             round_pace_ms=[t.pace_s * 1e3 if t.pace_s else None for t in ts],
             round_runs=[len(t.samples_s) for t in ts],
-            round_chain_ms=[t.chain_s * 1e3 if t.chain_s else None for t in ts],
+            round_chain_ms=chains[i],
             n_timed_ops=pred.n_timed_ops, chain_ms=chain_ms,
             others_cores_max=max((t.others_cores for t in ts if t.others_cores is not None),
                                  default=None)))
     notes += [n for n in map(_subnormal_note, rows) if n]
-    if per_op and (line := chain_note(chains, contended, slow, profile_timings, drift, per_op)):
-        notes.append(line)
+    if chain and drift:
+        notes.append(chain_note(chain, drift))
     if line := contended_note(rows):
         notes.append(line)
     if line := slow_note(rows):
