@@ -26,6 +26,7 @@ from predictor.e2e import Prediction, Predictor
 from profilers.capture import capture_or_run
 from profilers.errors import AdvisorError, HwlatError
 from profilers.specs import load_model, with_batch
+from profilers.subnormals import SubnormalUses, count_uses, price
 
 PERCENTILES = {"p95": 0.95, "p99": 0.99}
 CURVE_BATCHES = (1, 2, 4, 8)
@@ -134,23 +135,58 @@ def measured_spread(db: KernelDB, device_id: str) -> Spread:
 # ------------------------------------------------------------------------------ advise
 
 
-def subnormal_note(loaded: Any, device: Any) -> str | None:
-    """What the subnormal values of the model as deployed cost a CPU device, counted in one
-    forward pass (`profilers.subnormals`), where the device's profile measured their cost; the
-    levers' latencies leave that slow path out (each variant computes other values)."""
-    cost = (device.peaks or {}).get("subnormal") if device.kind == "cpu" else None
-    if not cost:
-        return None
-    from profilers.subnormals import count_uses, price
+@dataclass
+class Subnormals:
+    """The subnormal values the model as deployed uses, where they are priced (`uses`, counted
+    at batch 1), and otherwise why not; `counted`: its values were looked at."""
 
-    uses = count_uses(loaded.model, loaded.make_inputs("cpu"))
-    slow_ms = sum(price(uses, cost).values()) * 1e3
-    if uses.share <= 0 or slow_ms <= 0:
+    uses: SubnormalUses | None
+    why: str
+    counted: bool
+
+
+def count_subnormals(loaded: Any, inputs: list, dtype: str, device: Any) -> Subnormals:
+    """Count the subnormal values one forward pass of `loaded` uses at batch 1 (their count
+    scales with the batch: `SubnormalUses.scaled`), where `device` is a CPU whose profile
+    measured their slow path; the baseline and every lever computing them pay it."""
+    if device.kind != "cpu":
+        return Subnormals(None, "subnormal values take a slow path on CPUs, not GPUs", False)
+    if dtype != "float32":
+        return Subnormals(None, "the slow path for subnormal values was measured in float32, "
+                                f"not {dtype}", False)
+    cost = (device.peaks or {}).get("subnormal")
+    if not cost:
+        return Subnormals(None, f"{device.id} has no measured cost for subnormal values "
+                                "(`hwlat profile` measures one)", False)
+    try:
+        uses = _uses_at_batch_one(loaded.model, inputs, loaded.vocab)
+    except (RuntimeError, MemoryError) as e:  # too large to run here, say
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return Subnormals(None, f"its values could not be counted (its forward pass failed: "
+                                f"{first})", False)
+    if uses.share <= 0:
+        return Subnormals(None, "its forward pass computes no subnormal values", True)
+    if not price(uses, cost):
+        return Subnormals(None, "its subnormal values are only copied or viewed, which costs "
+                                "nothing", True)
+    return Subnormals(uses, "", True)
+
+
+def _uses_at_batch_one(model: Any, inputs: list, vocab: int | None) -> SubnormalUses:
+    return count_uses(model, [s.make("cpu", vocab) for s in with_batch(inputs, 1)])
+
+
+def _batch_of(inputs: list) -> int:
+    return inputs[0].shape[0] if inputs and inputs[0].shape else 1
+
+
+def subnormal_note(p: Prediction) -> str | None:
+    """What the baseline pays for its subnormal values (`Predictor.add_subnormals`)."""
+    if not p.subnormal_ms:
         return None
-    return (f"{uses.share:.2%} of the values its forward pass computes are subnormal: on this "
-            f"CPU their slow path adds about {slow_ms:.3g} ms to the baseline, left out of "
-            "every latency above (`hwlat predict` includes it); torch.set_flush_denormal(True) "
-            "removes it")
+    return (f"the baseline includes {p.subnormal_ms:.3g} ms for this CPU's slow path on the "
+            "subnormal values its forward pass computes, as does every lever that computes "
+            "them; flush_subnormals removes it")
 
 
 class _Advisor:
@@ -174,10 +210,13 @@ class _Advisor:
         loaded = load_model(req.spec, inputs=req.inputs, batch=batch)
         self.vocab = loaded.vocab  # a forward that reads values is run once, with valid ids
         base_ops = self.capture(loaded.model, loaded.inputs)
-        base = self.predictor.predict_ops(base_ops, spec=req.spec)
+        sub = count_subnormals(loaded, list(loaded.inputs), req.dtype, self.device)
+        base = self.predictor.predict_ops(base_ops, spec=req.spec, values_counted=sub.counted)
+        if sub.uses is not None:
+            self.predictor.add_subnormals(base, sub.uses.scaled(_batch_of(loaded.inputs)))
         ctx = LeverContext(req.spec, loaded, list(loaded.inputs), req.dtype, self.device,
                            self.db, req.rate, req.workers, req.max_batch, req.max_wait_ms,
-                           base_flops=base.flops)
+                           base_flops=base.flops, subnormals=sub.uses, subnormals_why=sub.why)
         self.ctx, self.base_ops, self.base = ctx, base_ops, base
         simulation = self.simulate_baseline() if req.rate is not None else None
         baseline = self.result(_BASELINE, Variant("none", "as deployed now", {}),
@@ -191,7 +230,7 @@ class _Advisor:
         notes = [f"{req.percentile} without load: {self.spread.basis}" if req.rate is None else
                  f"percentiles from the serving simulator ({req.sim_requests} Poisson requests, "
                  f"seed {req.seed}); compute noise: {self.spread.basis}"]
-        if req.dtype == "float32" and (line := subnormal_note(loaded, self.device)):
+        if line := subnormal_note(base):
             notes.append(line)
         return Advice(req, self.device.id, baseline, base, diagnosis, rank(results), skipped,
                       self.spread, simulation, notes=notes, context=ctx)
@@ -212,7 +251,10 @@ class _Advisor:
         points = {}
         for b in sizes:
             ops = self.capture(self.ctx.model, with_batch(self.ctx.inputs, b))
-            points[b] = self.predictor.predict_ops(ops).p50_ms / 1e3
+            p = self.predictor.predict_ops(ops, values_counted=True)
+            if self.ctx.subnormals is not None:
+                self.predictor.add_subnormals(p, self.ctx.subnormals.scaled(b))
+            points[b] = p.p50_ms / 1e3
         self.curve = BatchCurve(points, self.spread.noise)
         self.base_sim = self.sim(self.curve, self.serving())
         return {"curve_ms": {b: t * 1e3 for b, t in points.items()},
@@ -251,16 +293,39 @@ class _Advisor:
             if v.device_id not in self.others:
                 self.say(f"loading the predictor of {v.device_id}")
                 self.others[v.device_id] = Predictor.for_device(self.db, v.device_id)
-            p = self.others[v.device_id].predict_ops(self.base_ops, spec=self.req.spec)
+            predictor, model, inputs = self.others[v.device_id], self.ctx.model, self.ctx.inputs
+            p = predictor.predict_ops(self.base_ops, spec=self.req.spec, values_counted=True)
         else:
-            inputs = v.inputs or self.ctx.inputs
+            predictor, inputs = self.predictor, v.inputs or self.ctx.inputs
             if v.batch is not None:
                 inputs = with_batch(inputs, v.batch)
             model = self.ctx.model if (v.build is None and v.spec is None) else \
                 v.model(self.ctx.model)
             ops = self.capture(model, inputs, dtype=v.dtype, channels_last=v.channels_last)
-            p = self.predictor.predict_ops(ops, spec=v.label)
+            p = predictor.predict_ops(ops, spec=v.label, values_counted=True)
+        self.add_slow_path(v, p, predictor, model, inputs)
         return (p.p50_ms, *p.interval_ms, p)
+
+    def add_slow_path(self, v: Variant, p: Prediction, predictor: Predictor, model: Any,
+                      inputs: list) -> None:
+        """Price the subnormal values the variant computes into `p`, as the baseline's were:
+        none where it flushes them; the baseline's where it computes the same values (another
+        layout, thread count or batch); counted again where it computes others (another model
+        or input); not priced in another precision (the slow path was measured in float32)."""
+        one = self.ctx.subnormals
+        if one is None or v.flush_denormal:
+            return
+        if v.dtype:
+            p.notes.append(f"the baseline's subnormal slow path is not priced in {v.dtype}")
+            return
+        if (v.build is not None and not v.channels_last) or v.spec or v.inputs:
+            try:
+                one = _uses_at_batch_one(model, inputs, self.ctx.loaded.vocab)
+            except (RuntimeError, MemoryError) as e:
+                p.notes.append(f"its subnormal values could not be counted ({type(e).__name__}),"
+                               " so their slow path is not priced")
+                return
+        predictor.add_subnormals(p, one.scaled(_batch_of(inputs)))
 
     def result(self, lever: Lever, v: Variant, call: tuple) -> LeverResult:
         p50, lo, hi = call[:3]

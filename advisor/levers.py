@@ -24,6 +24,7 @@ from advisor.pruning import prunable_sites, prune_model
 from kernels_db.store import DeviceRow, KernelDB
 from profilers.fingerprint import CPU_BF16_FLAGS
 from profilers.specs import InputSpec, LoadedModel
+from profilers.subnormals import SubnormalUses
 
 PRUNE_RATIOS = (0.25, 0.5, 0.75)
 RESOLUTION_SCALES = (0.875, 0.75, 0.5)
@@ -49,6 +50,10 @@ class LeverContext:
     max_batch: int = 1
     max_wait_ms: float = 0.0
     base_flops: float = 0.0
+    # the subnormal values one forward pass of the model as deployed uses, counted at batch 1
+    # (`profilers.subnormals`), where this CPU's slow path for them has a price; else why not
+    subnormals: SubnormalUses | None = None
+    subnormals_why: str = "its values were not counted"
 
     @property
     def model(self) -> nn.Module:
@@ -73,6 +78,7 @@ class Variant:
     serving: dict[str, Any] | None = None  # workers, max_batch, max_wait_ms under --rate
     # Wraps a model so it takes the baseline's inputs (for fidelity/eval of input levers).
     wrap: Callable[[nn.Module], nn.Module] | None = None
+    flush_denormal: bool = False  # subnormals read and written as zero (a CPU setting)
     notes: list[str] = field(default_factory=list)
     _model: nn.Module | None = None
 
@@ -92,7 +98,7 @@ class Variant:
     @property
     def changes_model(self) -> bool:
         """Whether the function computed changes (so accuracy must be checked)."""
-        return any((self.build, self.spec, self.inputs, self.dtype))
+        return any((self.build, self.spec, self.inputs, self.dtype, self.flush_denormal))
 
 
 @dataclass(frozen=True)
@@ -289,6 +295,13 @@ def smaller_variants(ctx: LeverContext) -> list[Variant] | str:
                     spec=f"torchvision:{other}", inputs=ctx.inputs) for _, other in chosen]
 
 
+def flush_variants(ctx: LeverContext) -> list[Variant] | str:
+    if ctx.subnormals is None:
+        return ctx.subnormals_why
+    return [Variant("flush_subnormals", "flush subnormals to zero", {"flush_denormal": True},
+                    flush_denormal=True)]
+
+
 def batch_variants(ctx: LeverContext) -> list[Variant] | str:
     if ctx.rate is not None:
         return "with --rate, batching is the dynamic_batching lever"
@@ -331,6 +344,11 @@ LEVERS: dict[str, Lever] = {lever.name: lever for lever in (
     Lever("smaller_model", "smaller family member", 3,
           "a different network: retrain or distill, accuracy differs", 3,
           "train or distill a new model", smaller_variants),
+    Lever("flush_subnormals", "flush subnormals to zero", 1,
+          "values under 1.2e-38 read and written as 0: negligible beside float32's normal "
+          "values, unless a model needs gradual underflow", 0,
+          "torch.set_flush_denormal(True) before the first forward pass (threads copy it "
+          "when they start)", flush_variants),
     Lever("batch", "larger batch", 0, "same computation", 1,
           "collect requests into one call", batch_variants),
     Lever("dynamic_batching", "dynamic batching", 0, "same computation", 1,

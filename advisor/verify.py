@@ -18,7 +18,9 @@ import copy
 import importlib.util
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -135,49 +137,30 @@ class Verifier:
         if v.batch is not None:
             inputs = with_batch(inputs, v.batch)
         threads = v.threads or self.ctx.device.threads
+        make = MakeInputs(tuple(inputs), self.ctx.loaded.vocab, dtype, v.channels_last)
+        load = None
+        if self.rate is not None:
+            serving = v.serving or {"workers": self.ctx.workers, "max_batch": self.ctx.max_batch,
+                                    "max_wait_ms": self.ctx.max_wait_ms}
+            load = (self.rate, self.seed, serving)
+        if v.flush_denormal:
+            return self._flushed(make, threads, load)
+        return _measure(model, make, threads, self.q, load)
 
-        def make(batch: int | None = None) -> list[torch.Tensor]:
-            specs = inputs if batch is None else with_batch(inputs, batch)
-            made = [s.make("cpu", self.ctx.loaded.vocab) for s in specs]
-            made = [t.to(dtype) if t.is_floating_point() else t for t in made]
-            if v.channels_last:
-                made = [t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t
-                        for t in made]
-            return made
+    def _flushed(self, make: MakeInputs, threads: int | None, load: tuple | None) -> dict:
+        """Flushing subnormals to zero holds only in threads started after it was set, so the
+        lever is timed in a fresh child process that sets it first; the baseline is timed
+        again the same way, in another, and its speedup is measured against that. Each child
+        builds the model from its spec and loads the weights of the one advised."""
+        from profilers import isolate
 
-        if self.rate is None:
-            return self._bench(model, make, threads)
-        return self._load(model, make, threads, v)
-
-    def _bench(self, model: nn.Module, make: Callable, threads: int | None) -> dict:
-        args = make()
-        probe = bench_model(model, lambda: args, runs=3, warmup=1, threads=threads)
-        p50 = probe.stages["forward"].p50
-        runs = int(min(100, max(15, BENCH_SECONDS / max(p50, 1e-6))))
-        result = bench_model(model, lambda: args, runs=runs, warmup=2, threads=threads)
-        stats = result.stages["forward"]
-        return {"p50": stats.p50 * 1e3, "p95": stats.p95 * 1e3, "p99": stats.p99 * 1e3,
-                "target": stats.quantile(self.q) * 1e3, "runs": stats.n,
-                "target_supported": stats.supported(self.q)}
-
-    def _load(self, model: nn.Module, make: Callable, threads: int | None, v: Variant) -> dict:
-        serving = v.serving or {"workers": self.ctx.workers, "max_batch": self.ctx.max_batch,
-                                "max_wait_ms": self.ctx.max_wait_ms}
-        duration = min(LOAD_MAX_SECONDS, LOAD_REQUESTS / self.rate)
-        arrivals = poisson_arrivals(self.rate, duration, self.seed)
-        with thread_count(threads):
-            runner = model_batch_runner(model, lambda n: make(n))
-            runner(1)  # warm up outside the measured run
-            result = run_load(runner, arrivals, workers=serving["workers"],
-                              max_batch=serving["max_batch"],
-                              max_wait_s=serving["max_wait_ms"] / 1e3)
-        total = result.total
-        if total.n == 0:
-            raise AdvisorError(f"the load test served no request: {result.error}")
-        return {"p50": total.p50 * 1e3, "p95": total.p95 * 1e3, "p99": total.p99 * 1e3,
-                "target": total.quantile(self.q) * 1e3, "runs": total.n,
-                "target_supported": total.supported(self.q),
-                "queue_p99": result.queue.p99 * 1e3, "rejected": result.rejected}
+        weights = self.ctx.model.state_dict() if isinstance(self.ctx.model, nn.Module) else None
+        model = (self.ctx.spec, list(make.specs), weights)
+        plain = isolate.run(_measure_in_child, model, make, threads, self.q, load, False)
+        flushed = isolate.run(_measure_in_child, model, make, threads, self.q, load, True)
+        return {**flushed, "baseline_target": plain["target"],
+                "baseline_note": "both timed in fresh processes (flushing must be set before "
+                                 "their threads start)"}
 
     # -------------------------------------------------------------------------- accuracy
 
@@ -188,6 +171,10 @@ class Verifier:
             dtype = dtype_from_name(v.dtype)
             model = CastInputs(copy.deepcopy(model).to(dtype), dtype)
         model.eval()
+        with flushing_subnormals() if v is not None and v.flush_denormal else nullcontext():
+            return self._score_as_is(model, v)
+
+    def _score_as_is(self, model: nn.Module, v: Variant | None) -> dict[str, Any] | None:
         if self.eval_fn is not None:
             value = self.eval_fn(model)
             if not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -234,6 +221,99 @@ class Verifier:
             r.accuracy["passes"] = None if value is None else value >= self.floor
 
 
+@dataclass(frozen=True)
+class MakeInputs:
+    """A variant's inputs, made anew at its batch or another (picklable: a child process that
+    times the variant makes them too)."""
+
+    specs: tuple
+    vocab: int | None
+    dtype: torch.dtype
+    channels_last: bool
+
+    def __call__(self, batch: int | None = None) -> list[torch.Tensor]:
+        specs = list(self.specs) if batch is None else with_batch(list(self.specs), batch)
+        made = [s.make("cpu", self.vocab) for s in specs]
+        made = [t.to(self.dtype) if t.is_floating_point() else t for t in made]
+        if self.channels_last:
+            made = [t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t
+                    for t in made]
+        return made
+
+
+def _measure(model: nn.Module, make: MakeInputs, threads: int | None, q: float,
+             load: tuple | None) -> dict:
+    """The forward pass under the bench harness, or with `load` = (rate, seed, serving) a load
+    test with those Poisson arrivals."""
+    if load is None:
+        return _bench(model, make, threads, q)
+    return _load(model, make, threads, q, *load)
+
+
+def _measure_in_child(model: tuple, make: MakeInputs, threads: int | None, q: float,
+                      load: tuple | None, flush: bool) -> dict:
+    """`_measure` in a fresh process (`profilers.isolate.run`) of `model` = (spec, inputs,
+    weights: a state dict or None), with subnormals flushed to zero from before any of its
+    threads starts if `flush`."""
+    from profilers.specs import load_model
+
+    if flush and not torch.set_flush_denormal(True):
+        raise AdvisorError("this CPU cannot flush subnormals to zero (torch.set_flush_denormal)")
+    try:
+        spec, inputs, weights = model
+        built = load_model(spec, inputs=inputs).model
+        if weights is not None:
+            built.load_state_dict(weights)
+        return _measure(built, make, threads, q, load)
+    finally:
+        if flush:  # in this process where isolation is off (HWLAT_ISOLATE=0)
+            torch.set_flush_denormal(False)
+
+
+def _bench(model: nn.Module, make: MakeInputs, threads: int | None, q: float) -> dict:
+    args = make()
+    probe = bench_model(model, lambda: args, runs=3, warmup=1, threads=threads)
+    p50 = probe.stages["forward"].p50
+    runs = int(min(100, max(15, BENCH_SECONDS / max(p50, 1e-6))))
+    result = bench_model(model, lambda: args, runs=runs, warmup=2, threads=threads)
+    stats = result.stages["forward"]
+    return {"p50": stats.p50 * 1e3, "p95": stats.p95 * 1e3, "p99": stats.p99 * 1e3,
+            "target": stats.quantile(q) * 1e3, "runs": stats.n,
+            "target_supported": stats.supported(q)}
+
+
+def _load(model: nn.Module, make: MakeInputs, threads: int | None, q: float, rate: float,
+          seed: int, serving: dict) -> dict:
+    duration = min(LOAD_MAX_SECONDS, LOAD_REQUESTS / rate)
+    arrivals = poisson_arrivals(rate, duration, seed)
+    with thread_count(threads):
+        runner = model_batch_runner(model, make)
+        runner(1)  # warm up outside the measured run
+        result = run_load(runner, arrivals, workers=serving["workers"],
+                          max_batch=serving["max_batch"],
+                          max_wait_s=serving["max_wait_ms"] / 1e3)
+    total = result.total
+    if total.n == 0:
+        raise AdvisorError(f"the load test served no request: {result.error}")
+    return {"p50": total.p50 * 1e3, "p95": total.p95 * 1e3, "p99": total.p99 * 1e3,
+            "target": total.quantile(q) * 1e3, "runs": total.n,
+            "target_supported": total.supported(q),
+            "queue_p99": result.queue.p99 * 1e3, "rejected": result.rejected}
+
+
+@contextmanager
+def flushing_subnormals() -> Iterator[None]:
+    """Subnormals flushed to zero in this thread, at 1 thread (torch's other threads keep the
+    setting they started with): for accuracy passes, not timings."""
+    if not torch.set_flush_denormal(True):
+        raise AdvisorError("this CPU cannot flush subnormals to zero (torch.set_flush_denormal)")
+    try:
+        with thread_count(1):
+            yield
+    finally:
+        torch.set_flush_denormal(False)
+
+
 def verify(advice, k: int, *, eval_fn: Callable | None = None,
            progress: ProgressFn | None = None) -> dict:
     """Measure the baseline and the top `k` levers; re-rank; return the comparison summary."""
@@ -262,8 +342,9 @@ def _verify(advice, k: int, eval_fn: Callable | None, progress: ProgressFn | Non
             break
     base_ms = advice.baseline.measured_ms["target"]
     for r in chosen:
-        if r.measured_ms:
-            r.measured_ms["speedup"] = base_ms / r.measured_ms["target"]
+        if r.measured_ms:  # against the baseline timed the same way, where it was timed again
+            r.measured_ms["speedup"] = (r.measured_ms.get("baseline_target", base_ms)
+                                        / r.measured_ms["target"])
             r.measured_ms["meets_budget"] = r.measured_ms["target"] <= r.budget_ms
     advice.results = rank(advice.results)
     measured = [r for r in chosen if r.measured_ms]

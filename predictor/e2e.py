@@ -318,7 +318,7 @@ class Predictor:
 
     def _notes(self, timed: list[tuple[OpRecord, OpEstimate]], cold_s: Sequence[float],
                values_counted: bool = False) -> list[str]:
-        """`values_counted`: the model's subnormal values were counted (`_add_subnormals` says
+        """`values_counted`: the model's subnormal values were counted (`add_subnormals` says
         what they cost), so the guess from its mask pattern is not needed. `cold_s`: each timed
         op's `_cold_weights_s`."""
         notes = []
@@ -522,8 +522,11 @@ class Predictor:
     # ------------------------------------------------------------------------------ public
 
     def predict_ops(self, records: Sequence[OpRecord], *, spec: str = "",
-                    strict: bool = False) -> Prediction:
-        return self._assemble(records, spec=spec, correction=self.correction, strict=strict)
+                    strict: bool = False, values_counted: bool = False) -> Prediction:
+        """`values_counted`: the caller counted the model's subnormal values and prices them
+        (`add_subnormals`), so no guess from its mask pattern is noted."""
+        return self._assemble(records, spec=spec, correction=self.correction, strict=strict,
+                              values_counted=values_counted)
 
     def predict_spec(self, spec: str, *, inputs: list | None = None, batch: int | None = None,
                      dtype: str = "float32", strict: bool = False,
@@ -556,7 +559,7 @@ class Predictor:
         p.inputs = [str(i) for i in captured.inputs]
         p.capture_s = captured.capture_s
         if counted:
-            self._add_subnormals(p, subnormals)
+            self.add_subnormals(p, subnormals)
         if captured.ran:
             p.notes.append("its forward reads tensor values, so its ops were recorded from one "
                            "real run on random inputs; other inputs may run other ops")
@@ -571,7 +574,7 @@ class Predictor:
     1.7x the cost per use that `measure_cost` timed (their outputs underflow too;
     profilers/subnormals.py)."""
 
-    def _add_subnormals(self, p: Prediction, uses: SubnormalUses) -> None:
+    def add_subnormals(self, p: Prediction, uses: SubnormalUses) -> None:
         """Price the subnormal values a forward pass used at the device's measured cost, into
         p50, the interval and the breakdown; say so, or that it could not be priced."""
         if uses.share <= 0:

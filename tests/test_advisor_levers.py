@@ -240,28 +240,45 @@ def test_spearman():
     assert spearman([1.0, 2.0], [1.0, 2.0]) is None
 
 
-def test_advise_notes_the_slow_path_of_a_model_computing_subnormals(tmp_path):
+def test_subnormals_are_counted_where_a_cpu_prices_them_and_say_why_not_elsewhere(tmp_path):
     import dataclasses
 
-    from advisor.engine import subnormal_note
+    from advisor.engine import count_subnormals
     from kernels_db.store import DeviceRow
     from profilers.specs import load_model, parse_input_spec
 
     (tmp_path / "under.py").write_text(
         "import torch\n"
         "class Under(torch.nn.Module):\n"
-        "    def __init__(self):\n"
+        "    def __init__(self, low):\n"
         "        super().__init__()\n"
-        "        self.fc = torch.nn.Linear(64, 64)\n"
-        "    def forward(self, x):\n"  # exp(-100) = 3.7e-44: subnormal
-        "        return self.fc(torch.exp(x.abs() * 0 - 100))\n"
+        "        self.fc, self.low = torch.nn.Linear(64, 64), low\n"
+        "    def forward(self, x):\n"  # exp(-100) = 3.7e-44: subnormal; exp(-10) is not
+        "        return self.fc(torch.exp(x.abs() * 0 - self.low))\n"
         "def make():\n"
-        "    return Under()\n")
-    loaded = load_model(f"{tmp_path / 'under.py'}:make", inputs=[parse_input_spec("2x64")])
+        "    return Under(100)\n"
+        "def normal():\n"
+        "    return Under(10)\n")
+    under, normal = (load_model(f"{tmp_path / 'under.py'}:{name}",
+                                inputs=[parse_input_spec("2x64")]) for name in ("make", "normal"))
     fields = {f.name: None for f in dataclasses.fields(DeviceRow)}
     cpu = DeviceRow(**{**fields, "id": "d", "kind": "cpu",
                        "peaks": {"subnormal": {"reuse_ns": 2.0, "block_ns": 100.0}}})
-    note = subnormal_note(loaded, cpu)
-    assert note and "slow path adds about" in note and "set_flush_denormal" in note
-    assert subnormal_note(loaded, dataclasses.replace(cpu, peaks={})) is None  # no cost measured
-    assert subnormal_note(loaded, dataclasses.replace(cpu, kind="cuda")) is None
+    found = count_subnormals(under, list(under.inputs), "float32", cpu)
+    assert found.counted and found.uses is not None
+    assert found.uses.share > 0.1 and found.uses.copies == 1  # counted at batch 1, of 2
+    assert found.uses.reuse.get("matmul", 0) == 64 * 64  # each input used by 64 outputs
+    none = count_subnormals(normal, list(normal.inputs), "float32", cpu)
+    assert none.counted and none.uses is None and "computes no subnormal" in none.why
+    for device, dtype, why in ((dataclasses.replace(cpu, peaks={}), "float32", "no measured"),
+                               (dataclasses.replace(cpu, kind="cuda"), "float32", "CPUs"),
+                               (cpu, "bfloat16", "float32, not bfloat16")):
+        skipped = count_subnormals(under, list(under.inputs), dtype, device)
+        assert skipped.uses is None and not skipped.counted and why in skipped.why
+    # the lever offers itself only where the values were counted and cost something
+    ctx = lv.LeverContext("x", under, list(under.inputs), "float32", cpu, None,
+                          subnormals=found.uses)
+    (flush,) = lv.flush_variants(ctx)
+    assert flush.flush_denormal and flush.changes_model  # fidelity is checked
+    assert lv.flush_variants(dataclasses.replace(ctx, subnormals=None,
+                                                 subnormals_why=none.why)) == none.why

@@ -21,7 +21,8 @@ from profilers import ops, sampling
 from profilers.capture import capture_spec
 from profilers.fingerprint import CPU_BF16_FLAGS, fingerprint
 
-PEAKS = {"gflops": {"float32": 50.0, "bfloat16": 80.0}, "gbps": 10.0}
+PEAKS = {"gflops": {"float32": 50.0, "bfloat16": 80.0}, "gbps": 10.0,
+         "subnormal": {"reuse_ns": 2.5, "block_ns": 20.0, "threads": 1}}
 SMALL = "1x3x64x64"
 
 if "advise" not in cli.commands:  # until hwlat/commands/__init__.py registers it
@@ -212,3 +213,61 @@ def test_a_lever_past_capacity_is_explained_not_divided_by():
     assert "grows without bound" in _why(past, None)  # the baseline kept up; this lever cannot
     assert "cannot" in _why(fixes, None)  # ... and this one keeps up where the baseline did not
     assert rank([past, fixes]) == [fixes, past]
+
+
+UNDER = """
+import torch
+
+class Under(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(256, 256)
+
+    def forward(self, x):  # exp(-100) = 3.7e-44, subnormal: every input of the linear layer is
+        return self.fc(torch.exp(x * 0 - 100))
+
+def make():
+    return Under()
+"""
+
+
+def test_flushing_subnormals_is_a_lever_priced_and_verified(env, tmp_path):
+    (tmp_path / "under.py").write_text(UNDER)
+    result = CliRunner().invoke(
+        cli, ["--db", env["db"], "advise", f"{tmp_path / 'under.py'}:make", "--device",
+              env["device"], "--input", "1x256", "--p95", "1000", "--lever", "flush_subnormals",
+              "--lever", "batch", "--verify", "1", "--json"],
+        env={"XDG_CACHE_HOME": env["cache"]})
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["diagnosis"]["bottleneck"] == "subnormal values"
+    assert out["diagnosis"]["first_fix"] == ["flush_subnormals"]
+    assert any(n.startswith("the baseline includes") for n in out["notes"])
+    flush, *batches = out["levers"]  # ranked first: the others wait for a batch
+    assert flush["lever"] == "flush_subnormals" and {b["lever"] for b in batches} == {"batch"}
+    # 256 x 256 uses at 2.5 ns: 0.16 ms of slow path on a few microseconds of ops
+    assert flush["speedup"] > 3
+    measured = flush["measured_ms"]  # against the baseline timed again the same way
+    assert measured["baseline_target"] > 0 and measured["speedup"] > 1.5
+    assert flush["accuracy"]["value"] == 1.0  # the same top-1 on every sample
+
+
+def test_each_lever_pays_the_slow_path_of_the_values_it_computes(env, tmp_path, monkeypatch):
+    from advisor.engine import AdviceRequest, _Advisor
+    from advisor.levers import Variant
+
+    monkeypatch.setenv("XDG_CACHE_HOME", env["cache"])
+    (tmp_path / "under.py").write_text(UNDER)
+    request = AdviceRequest(f"{tmp_path / 'under.py'}:make", env["device"], 1000.0,
+                            inputs=["1x256"], levers=("flush_subnormals",))
+    with KernelDB.open(env["db"], readonly=True) as db:
+        advisor = _Advisor(db, request, None)
+        base = advisor.run().prediction
+        # the linear's 256 inputs each used by 256 outputs; the exp writes 16 blocks of 16
+        assert base.subnormal_ms == pytest.approx(256 * 256 * 2.5e-6 + 16 * 20e-6)
+        batch8 = advisor.predict_call(Variant("batch", "batch 8", {"batch": 8}, batch=8))[3]
+        assert batch8.subnormal_ms == pytest.approx(8 * base.subnormal_ms)
+        flushed = advisor.predict_call(Variant("flush_subnormals", "flush", {},
+                                               flush_denormal=True))[3]
+        assert flushed.subnormal_ms is None
+        assert flushed.p50_ms == pytest.approx(base.p50_ms - base.subnormal_ms)
