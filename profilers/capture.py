@@ -317,7 +317,10 @@ def _fake_of(t: torch.Tensor, mode: FakeTensorMode, device: torch.device, dtype:
     target_dtype = dtype if t.is_floating_point() else t.dtype
     fake = _fake(mode, t.shape, _target_stride(t, channels_last), target_dtype, device)
     if isinstance(t, nn.Parameter):
-        return nn.Parameter(fake, requires_grad=t.requires_grad)
+        # what nn.Parameter(fake) makes of a tensor subclass, without its detach: a detach
+        # through the fake mode per weight took 75 of the 126 ms of mobilenet_v2's capture
+        fake.requires_grad_(t.requires_grad)
+        fake._is_param = True
     return fake
 
 

@@ -230,6 +230,22 @@ def test_capture_leaves_the_model_untouched() -> None:
     assert model(torch.randn(1, 3, 32, 32)).shape == (1, 1000)
 
 
+def test_weights_stand_in_as_fake_parameters_and_buffers_as_fake_tensors() -> None:
+    class Checks(nn.Module):  # as some models do: a parameter checked for being one
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(8, 4)
+            self.register_buffer("scale", torch.ones(4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            assert isinstance(self.fc.weight, nn.Parameter) and self.fc.weight.requires_grad
+            assert not isinstance(self.scale, nn.Parameter)
+            return self.fc(x) * self.scale
+
+    ops = capture(Checks(), [InputSpec((2, 8))])
+    assert [r.op for r in ops] == ["aten.linear.default", "aten.mul.Tensor"]
+
+
 def test_capture_spec_and_json_round_trip() -> None:
     result = capture_spec("torchvision:resnet18", batch=2)
     assert result.built_on == "meta" and result.family == "resnet"
