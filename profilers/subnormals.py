@@ -13,8 +13,9 @@ What a use costs depends on how the kernel meets the value. Timed alone on that 
   elements; N for the activations of a linear layer). Per reuse: 2.1-2.3 ns (linear
   196x384 by 384x384), 2.4-2.9 ns (bmm), 2.1-2.3 ns (3x3 conv), the same at every share. A 1x1
   convolution paid per vector instead (34 ns at 1%, 4.5 ns at 50%). A multiply-add whose other
-  operand is an exact zero pays nothing, so a matrix product's uses are counted exactly: each
-  subnormal times its nonzero partners (`_partnered`).
+  operand is an exact zero pays nothing, so a matrix product's uses are counted exactly: its
+  multiply-adds that take the slow path (`_slow_products`), which normal values whose product
+  underflows take too.
 - An elementwise op, a norm or a softmax pays per vector instruction that holds one: per block
   of 16 float32 values (64 bytes) holding a subnormal, read or written, 12-136 ns (add, mul,
   silu, gelu), saturating once every block holds one.
@@ -43,6 +44,7 @@ matrix. Their product is what `predictor.e2e` adds to a CPU prediction.
 
 from __future__ import annotations
 
+import math
 import statistics
 import weakref
 from collections.abc import Callable, Sequence
@@ -141,26 +143,95 @@ def _floats(value: Any) -> list[torch.Tensor]:
             and t.numel() and t.device.type == "cpu"]
 
 
-def _partnered(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The multiply-adds of `a @ b` (broadcast as torch.matmul does) that read a subnormal with
-    a nonzero partner, per matrix of the batch: a subnormal times an exact zero costs nothing.
+# Which multiply-adds take the slow path, timed on the 2-vCPU Intel Xeon (2026-12-06, 1 thread: a
+# 64x256 by 256x256 linear, plain against subnormals flushed, ~3 ns a slow one). A subnormal
+# operand pays, whatever the sum it adds to, until the operands' exponents (a subnormal's counted
+# as -127) sum below -159: 2^-140 x 2^-32 paid, x 2^-33 did not, so its partner must reach 2^-32
+# (`_PARTNER`); two subnormals never pay. Two normal operands pay where their product is under the
+# smallest normal (`_TINY`), down to about 2^-158 (`_FLOOR`: 1e-20 x 1e-27 paid, x 1e-28 did
+# not). In hf:mobilevit's linears (random weights, 1 thread) every such product paid, 2.7-3.6 ns
+# against `measure_cost`'s 2.8-3.6, in their order of k or shuffled; a product added to a sum
+# 1e22 times larger did not (after 128 products of 1e-20), which no model here computes.
+_TINY = 2.0 ** -126
+_PARTNER = 2.0 ** -32
+_FLOOR = 2.0 ** -158
+
+
+def _slow_products(a: torch.Tensor, b: torch.Tensor, tiny: bool = True) -> torch.Tensor:
+    """The multiply-adds of `a @ b` (broadcast as torch.matmul does) on the slow path, per
+    matrix of the batch: a subnormal with a partner of 2^-32 or more, and normal operands whose
+    product underflows (`_tiny_products`). A subnormal times an exact zero costs nothing:
     swin_t at 160 px pads its stage-3 tokens with zeros, so half the rows of those blocks'
-    attention values are zero: 0.37x the uses of 224 px in the same bmm, which paid 1.13 ms of
-    slow path against 3.0-3.2 at 224 (2 threads; 1.6 against 4.1-4.5 at 1)."""
+    attention values are zero, 0.37x the uses of 224 px in the same bmm, which paid 1.13 ms of
+    slow path against 3.0-3.2 at 224 (2 threads). In hf:mobilevit with random weights linears
+    whose inputs held almost no subnormal paid 20-26 ms each for the products of their shrunken
+    activations and weights, and its q @ k^T, both operands all subnormal, paid nothing.
+    `tiny`: False where the operands' ranges rule out an underflowing product of normals."""
     a = a[None] if a.dim() == 1 else a
     b = b[:, None] if b.dim() == 1 else b
     f64 = torch.float64
-    return ((_subnormal(a).sum(-2, dtype=f64) * (b != 0).sum(-1, dtype=f64)).sum(-1)
-            + (_subnormal(b).sum(-1, dtype=f64) * (a != 0).sum(-2, dtype=f64)).sum(-1))
+    subnormal = ((_subnormal(a).sum(-2, dtype=f64) * (b.abs() >= _PARTNER).sum(-1, dtype=f64))
+                 .sum(-1) + (_subnormal(b).sum(-1, dtype=f64)
+                             * (a.abs() >= _PARTNER).sum(-2, dtype=f64)).sum(-1))
+    return subnormal + _tiny_products(a, b) if tiny else subnormal
 
 
-def product_uses(name: str, args: tuple) -> tuple[torch.Tensor, bool]:
-    """A matrix product's (`PRODUCTS`, by op name) multiply-adds that read a subnormal with a
-    nonzero partner, per matrix of its batch (`_partnered`), and whether its kernel splits that
-    batch over threads (`BATCHED_MATMULS`: both operands 3-D or more)."""
+def _normal(t: torch.Tensor) -> torch.Tensor:
+    """|t| in float64 with its subnormals set to zero."""
+    t = t.abs().double()
+    return t.masked_fill(t < _TINY, 0.0)
+
+
+def _tiny_products(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Per matrix of the batch, the multiply-adds of normal operands whose product lies in
+    [_FLOOR, _TINY), where the operands' ranges allow one at all."""
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    na, nb = _normal(a), _normal(b)
+    if not _may_underflow(na, nb):
+        return torch.zeros(batch, dtype=torch.float64)
+    k = a.shape[-1]
+    if b.dim() == 2:  # one matrix for every row of a's batch: a single product, row by row
+        rows = _rows_tiny(na.reshape(1, -1, k), nb[None]).reshape(a.shape[:-1])
+        return rows.sum(-1)
+    na = na.expand(*batch, *a.shape[-2:]).reshape(-1, *a.shape[-2:])
+    nb = nb.expand(*batch, *b.shape[-2:]).reshape(-1, *b.shape[-2:])
+    return _rows_tiny(na, nb).sum(-1).reshape(batch)
+
+
+def _may_underflow(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether a product of a nonzero of `a` and one of `b` (absolute values) can fall in
+    [_FLOOR, _TINY) (most models: none, and the exact count is skipped)."""
+    a, b = a[a != 0], b[b != 0]
+    if not a.numel() or not b.numel():
+        return False
+    return bool(a.min() * b.min() < _TINY and a.max() * b.max() >= _FLOOR)
+
+
+def _rows_tiny(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Per matrix and row of `a` (B x M x K), its multiply-adds with `b` (B x K x N) whose
+    product lies in [_FLOOR, _TINY): for each a[m, k], the b[k, n] between _FLOOR / a[m, k] and
+    _TINY / a[m, k], found in b's sorted rows. A zero a[m, k] finds none."""
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    ranked = b.sort(dim=-1).values.reshape(-1, n).contiguous()  # per (matrix, k): N sorted
+    each = a.transpose(-1, -2).reshape(-1, m).contiguous()  # per (matrix, k): M values
+    count = torch.searchsorted(ranked, _TINY / each) - torch.searchsorted(ranked, _FLOOR / each)
+    return count.reshape(-1, k, m).sum(1, dtype=torch.float64)
+
+
+def product_uses(name: str, args: tuple, *, tiny: bool = True) -> tuple[torch.Tensor, bool]:
+    """A matrix product's (`PRODUCTS`, by op name) multiply-adds on the slow path, per matrix of
+    its batch (`_slow_products`), and whether its kernel splits that batch over threads
+    (`BATCHED_MATMULS`: both operands 3-D or more)."""
     i, j, transposed = PRODUCTS[name]
     a, b = args[i], args[j].t() if transposed else args[j]
-    return _partnered(a, b), name in BATCHED_MATMULS and a.dim() >= 3 and b.dim() >= 3
+    return (_slow_products(a, b, tiny),
+            name in BATCHED_MATMULS and a.dim() >= 3 and b.dim() >= 3)
+
+
+def _span(t: torch.Tensor) -> tuple[float, float]:
+    """The smallest normal and the largest magnitude in `t` (inf, 0 where it has no normal)."""
+    size = t.abs()
+    return (float(torch.where(size >= _TINY, size, math.inf).min()), float(size.max()))
 
 
 def _blocks(mask: torch.Tensor) -> int:
@@ -190,6 +261,7 @@ class _Counter:
         self.uses = SubnormalUses()
         self.written = [0, 0]  # subnormal, all float32 values written
         self._seen: dict[int, tuple[weakref.ref, tuple[int, int]]] = {}  # id(tensor) ->
+        self._spans: dict[int, tuple[weakref.ref, tuple[float, float]]] = {}  # -> `_span`
 
     def _count(self, t: torch.Tensor, written: bool = False) -> tuple[int, int]:
         """(subnormal values, 16-value blocks holding one) of `t`: counted afresh where an op
@@ -199,7 +271,21 @@ class _Counter:
             mask = _subnormal(t)
             sub = int(mask.sum())
             seen = self._seen[id(t)] = (weakref.ref(t), (sub, _blocks(mask) if sub else 0))
+            self._spans.pop(id(t), None)
         return seen[1]
+
+    def _tiny_possible(self, a: torch.Tensor, b: torch.Tensor) -> bool:
+        """Whether two normal values of `a` and `b` can multiply to under the smallest normal
+        (`_tiny_products`), from each tensor's range, kept while it is unchanged (a weight's
+        for the whole pass): most products of most models cannot, and cost one look."""
+        spans = []
+        for t in (a, b):
+            seen = self._spans.get(id(t))
+            if seen is None or seen[0]() is not t:
+                seen = self._spans[id(t)] = (weakref.ref(t), _span(t))
+            spans.append(seen[1])
+        (low_a, high_a), (low_b, high_b) = spans
+        return low_a * low_b < _TINY and high_a * high_b >= _FLOOR
 
     def record(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         if getattr(func, "is_view", False):  # an alias of values already counted
@@ -216,22 +302,28 @@ class _Counter:
         if family in FREE_FAMILIES:
             return
         if family in REUSE_FAMILIES:
-            if any(sub for sub, _ in read):
-                self._reuses(func, args, kwargs, out, family, ins, read)
+            name = str(func.overloadpacket)
+            tiny = False  # a matrix product's normal values may underflow too
+            if name in PRODUCTS:
+                a, b = (args[k] for k in PRODUCTS[name][:2])
+                tiny = (any(a is t for t in ins) and any(b is t for t in ins)
+                        and self._tiny_possible(a, b))
+            if tiny or any(sub for sub, _ in read):
+                self._reuses(func, args, kwargs, out, family, ins, read, tiny)
             return
         n = sum(blocks for _, blocks in read) + sum(self._count(t)[1] for t in outs)
         if n:
             self.uses.blocks[family] = self.uses.blocks.get(family, 0.0) + n
 
     def _reuses(self, func: Any, args: tuple, kwargs: dict, out: Any, family: str,
-                ins: list[torch.Tensor], read: list[tuple[int, int]]) -> None:
-        """Count an op's multiply-adds that read a subnormal: exactly for a matrix product
-        (`PRODUCTS`: those with a nonzero partner, per matrix of a batched one), else as each
-        subnormal input times the op's FLOPs / 2 / the input's elements."""
+                ins: list[torch.Tensor], read: list[tuple[int, int]], tiny: bool) -> None:
+        """Count an op's multiply-adds on the slow path: exactly for a matrix product
+        (`PRODUCTS`: `_slow_products`, per matrix of a batched one), else as
+        each subnormal input times the op's FLOPs / 2 / the input's elements."""
         name = str(func.overloadpacket)
         profile = None
         if name in PRODUCTS:
-            per, batched = product_uses(name, args)
+            per, batched = product_uses(name, args, tiny=tiny)
             profile = per.flatten() if batched else None
             # a bias or an added matrix: each subnormal value read once
             i, j, _ = PRODUCTS[name]

@@ -100,6 +100,25 @@ def test_a_linear_counts_only_the_weights_a_subnormal_meets():
     assert uses.reuse == {"matmul": 5 * 2} and uses.per_matrix == []
 
 
+def test_normal_values_whose_products_underflow_are_counted_down_to_2_to_the_minus_158():
+    fc = torch.nn.Linear(4, 3, bias=False).eval()
+    with torch.no_grad():  # products with 1e-20: 1e-40 (subnormal), 1e-48 (far below), 1e-20
+        fc.weight.copy_(torch.tensor([[1e-20] * 4, [1e-28] * 4, [1.0] * 4]))
+    uses = count_uses(fc, [torch.full((2, 4), 1e-20)])  # no subnormal input at all
+    assert uses.reuse == {"matmul": 2 * 4}  # each row's 4 products with the first weight row
+    normal = count_uses(fc, [torch.full((2, 4), 1.0)])
+    assert normal.reuse == {}
+
+
+def test_a_subnormal_pays_with_partners_of_2_to_the_minus_32_or_more_and_never_with_one():
+    partners = torch.tensor([2.0 ** -32, 2.0 ** -33, 0.5, 2.0 ** -140])  # the last subnormal
+    x = torch.full((1, 1), 2.0 ** -140)
+    uses = count_uses(Attend(), [x, partners[None]])
+    assert uses.reuse == {"matmul": 2}  # 2^-32 and 0.5; not 2^-33, not another subnormal
+    q = torch.full((1, 2, 3, 4), TINY)  # attention scores of all-subnormal queries and keys
+    assert count_uses(Attend(), [q, q.transpose(-1, -2)]).reuse == {}
+
+
 def test_crowding_follows_the_parts_threads_take_of_a_batch():
     profile = (0.0, 0.0, 20.0, 20.0)  # all in the second half
     assert crowding(profile, 1, 1) == 0.0  # one thread runs it all anyway
