@@ -24,8 +24,9 @@ Inside swin_t at 1 thread (2026-12-06, two runs; each op's in-model time with it
 computed and with their subnormals zeroed: `benchmarks/subnormal_inmodel.py`), its linear layers
 paid 2.60-2.64 ns per use and its attention matmuls 2.65-2.81 (224 px) and 2.67-2.94 (160 px,
 whose zero-padded stage-3 values leave 0.37x the uses of 224 px in the same bmm), against
-2.44-2.62 from `measure_cost` in the same minutes. In mobilevit (12-05) the linear layers paid
-4.0 (their outputs underflow too) and the convolutions 2.6.
+2.44-2.62 from `measure_cost` in the same minutes. In random-weight hf:mobilevit (12-06) the
+linear layers paid 2.2-3.6 ns per use, counting the products of its shrunken normal values that
+underflow (`_slow_products`; without them 4.0 on 12-05), and the convolutions 2.6 (12-05).
 
 Threads share the slow path as the kernel shares the work. A linear layer's threads all read
 every row, so its subnormals spread evenly; a batched matmul gives each thread a contiguous part
