@@ -160,16 +160,18 @@ def count_subnormals(loaded: Any, inputs: list, dtype: str, device: Any) -> Subn
                                 "(`hwlat profile` measures one)", False)
     try:
         uses = _uses_at_batch_one(loaded.model, inputs, loaded.vocab)
-    except (RuntimeError, MemoryError) as e:  # too large to run here, say
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        return Subnormals(None, f"its values could not be counted (its forward pass failed: "
-                                f"{first})", False)
-    if uses.share <= 0:
+    except Exception as e:  # noqa: BLE001 - a model that cannot run here at batch 1: say why
+        return Subnormals(None, f"its values could not be counted ({_first_line(e)})", False)
+    if not uses.any:
         return Subnormals(None, "its forward pass computes no subnormal values", True)
-    if not price(uses, cost):
-        return Subnormals(None, "its subnormal values are only copied or viewed, which costs "
-                                "nothing", True)
+    if sum(price(uses, cost).values()) <= 0:
+        return Subnormals(None, "its subnormal values cost nothing on this CPU (only copied, or "
+                                "no slow path measured)", True)
     return Subnormals(uses, "", True)
+
+
+def _first_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0]}" if str(e) else type(e).__name__
 
 
 def _uses_at_batch_one(model: Any, inputs: list, vocab: int | None) -> SubnormalUses:
@@ -185,8 +187,8 @@ def subnormal_note(p: Prediction) -> str | None:
     if not p.subnormal_ms:
         return None
     return (f"the baseline includes {p.subnormal_ms:.3g} ms for this CPU's slow path on the "
-            "subnormal values its forward pass computes, as does every lever that computes "
-            "them; flush_subnormals removes it")
+            "subnormal values its forward pass computes, and each lever the slow path of the "
+            "values it computes (its notes say where not); flush_subnormals removes it")
 
 
 class _Advisor:
@@ -211,6 +213,7 @@ class _Advisor:
         self.vocab = loaded.vocab  # a forward that reads values is run once, with valid ids
         base_ops = self.capture(loaded.model, loaded.inputs)
         sub = count_subnormals(loaded, list(loaded.inputs), req.dtype, self.device)
+        self.counted = sub.counted  # no guess from a mask pattern where the values were seen
         base = self.predictor.predict_ops(base_ops, spec=req.spec, values_counted=sub.counted)
         if sub.uses is not None:
             self.predictor.add_subnormals(base, sub.uses.scaled(_batch_of(loaded.inputs)))
@@ -251,7 +254,7 @@ class _Advisor:
         points = {}
         for b in sizes:
             ops = self.capture(self.ctx.model, with_batch(self.ctx.inputs, b))
-            p = self.predictor.predict_ops(ops, values_counted=True)
+            p = self.predictor.predict_ops(ops, values_counted=self.counted)
             if self.ctx.subnormals is not None:
                 self.predictor.add_subnormals(p, self.ctx.subnormals.scaled(b))
             points[b] = p.p50_ms / 1e3
@@ -294,7 +297,7 @@ class _Advisor:
                 self.say(f"loading the predictor of {v.device_id}")
                 self.others[v.device_id] = Predictor.for_device(self.db, v.device_id)
             predictor, model, inputs = self.others[v.device_id], self.ctx.model, self.ctx.inputs
-            p = predictor.predict_ops(self.base_ops, spec=self.req.spec, values_counted=True)
+            p = predictor.predict_ops(self.base_ops, spec=self.req.spec, values_counted=self.counted)
         else:
             predictor, inputs = self.predictor, v.inputs or self.ctx.inputs
             if v.batch is not None:
@@ -302,7 +305,7 @@ class _Advisor:
             model = self.ctx.model if (v.build is None and v.spec is None) else \
                 v.model(self.ctx.model)
             ops = self.capture(model, inputs, dtype=v.dtype, channels_last=v.channels_last)
-            p = predictor.predict_ops(ops, spec=v.label, values_counted=True)
+            p = predictor.predict_ops(ops, spec=v.label, values_counted=self.counted)
         self.add_slow_path(v, p, predictor, model, inputs)
         return (p.p50_ms, *p.interval_ms, p)
 
@@ -315,16 +318,22 @@ class _Advisor:
         one = self.ctx.subnormals
         if one is None or v.flush_denormal:
             return
+        base_ms = self.base.subnormal_ms or 0.0
         if v.dtype:
-            p.notes.append(f"the baseline's subnormal slow path is not priced in {v.dtype}")
+            v.notes.append(f"the slow path for subnormal values ({base_ms:.3g} ms in the "
+                           f"baseline) is measured in float32 and not priced in {v.dtype}")
             return
         if (v.build is not None and not v.channels_last) or v.spec or v.inputs:
             try:
                 one = _uses_at_batch_one(model, inputs, self.ctx.loaded.vocab)
-            except (RuntimeError, MemoryError) as e:
-                p.notes.append(f"its subnormal values could not be counted ({type(e).__name__}),"
-                               " so their slow path is not priced")
+            except Exception as e:  # noqa: BLE001 - the variant's forward pass with values
+                v.notes.append(f"its subnormal values could not be counted ({_first_line(e)}), "
+                               "so their slow path is not priced")
                 return
+        if not (predictor.device.peaks or {}).get("subnormal"):
+            v.notes.append(f"{predictor.device.id} has no measured cost for subnormal values, "
+                           f"so their slow path ({base_ms:.3g} ms in the baseline) is left out")
+            return
         predictor.add_subnormals(p, one.scaled(_batch_of(inputs)))
 
     def result(self, lever: Lever, v: Variant, call: tuple) -> LeverResult:

@@ -152,15 +152,22 @@ class Verifier:
         lever is timed in a fresh child process that sets it first; the baseline is timed
         again the same way, in another, and its speedup is measured against that. Each child
         builds the model from its spec and loads the weights of the one advised."""
+        import pickle
+
         from profilers import isolate
 
+        if not isolate.enabled() and (threads or 1) > 1:
+            raise AdvisorError(f"timing it flushed at {threads} threads needs a fresh process, "
+                               f"which {isolate.ENV}=0 turns off")
         weights = self.ctx.model.state_dict() if isinstance(self.ctx.model, nn.Module) else None
         model = (self.ctx.spec, list(make.specs), weights)
-        plain = isolate.run(_measure_in_child, model, make, threads, self.q, load, False)
-        flushed = isolate.run(_measure_in_child, model, make, threads, self.q, load, True)
-        return {**flushed, "baseline_target": plain["target"],
-                "baseline_note": "both timed in fresh processes (flushing must be set before "
-                                 "their threads start)"}
+        try:
+            plain = isolate.run(_measure_in_child, model, make, threads, self.q, load, False)
+            flushed = isolate.run(_measure_in_child, model, make, threads, self.q, load, True)
+        except (pickle.PicklingError, AttributeError, TypeError) as e:
+            raise AdvisorError(f"its model could not be sent to a fresh process to be timed "
+                               f"flushed ({type(e).__name__}: {e})") from None
+        return {**flushed, "baseline_target": plain["target"]}
 
     # -------------------------------------------------------------------------- accuracy
 
@@ -206,6 +213,10 @@ class Verifier:
         try:
             r.accuracy = self.accuracy(r.variant)
             r.measured_ms = self.measure(r.variant)
+            if "baseline_target" in r.measured_ms:
+                r.notes.append(f"timed in a fresh process, against the baseline timed again "
+                               f"the same way ({r.measured_ms['baseline_target']:.1f} ms): "
+                               "flushing must be set before a process's threads start")
         except HwlatError as exc:
             r.rejected = f"could not be applied: {exc}"
             return

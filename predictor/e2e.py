@@ -577,10 +577,12 @@ class Predictor:
     def add_subnormals(self, p: Prediction, uses: SubnormalUses) -> None:
         """Price the subnormal values a forward pass used at the device's measured cost, into
         p50, the interval and the breakdown; say so, or that it could not be priced."""
-        if uses.share <= 0:
+        if not uses.any:
             return
         cost = (self.device.peaks or {}).get("subnormal")
-        share = f"{uses.share * 100:.2g}% of the values its forward pass computes are subnormal"
+        share = (f"{uses.share * 100:.2g}% of the values its forward pass computes are subnormal"
+                 if uses.share > 0 else
+                 "its forward pass multiplies normal values whose products underflow")
         if not cost:
             p.notes.append(f"{share}, which a CPU may compute on a slow path; {self.device.id} "
                            "has no measured cost for them, so they are not priced: "

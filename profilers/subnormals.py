@@ -75,8 +75,10 @@ BATCHED_MATMULS = ("aten.bmm", "aten.baddbmm", "aten.matmul")
 
 @dataclass
 class SubnormalUses:
-    """The subnormal values one forward pass uses: per op family, subnormal inputs times their
-    reuse (`REUSE_FAMILIES`), and 16-value blocks holding one, read or written (the others)."""
+    """The subnormal values one forward pass uses: per op family, the multiply-adds on the slow
+    path (`REUSE_FAMILIES`: a matrix product's counted by `_slow_products`, which include
+    products of normal values that underflow; a convolution's as each subnormal input times its
+    reuse), and 16-value blocks holding one, read or written (the others)."""
 
     share: float = 0.0  # of the float32 values its ops write
     reuse: dict[str, float] = field(default_factory=dict)
@@ -85,6 +87,12 @@ class SubnormalUses:
     # matrix of the batch, as counted; the batch runs `copies` times that (`scaled`)
     per_matrix: list[tuple[str, tuple[float, ...]]] = field(default_factory=list)
     copies: int = 1
+
+    @property
+    def any(self) -> bool:
+        """Whether anything takes the slow path (`share` counts subnormal values written only:
+        products of normal values can underflow into a sum that the bias makes normal)."""
+        return bool(self.reuse or self.blocks)
 
     def scaled(self, k: int) -> SubnormalUses:
         """The uses of `k` times the work (a batch of k where this counted one)."""

@@ -266,7 +266,7 @@ def test_subnormals_are_counted_where_a_cpu_prices_them_and_say_why_not_elsewher
                        "peaks": {"subnormal": {"reuse_ns": 2.0, "block_ns": 100.0}}})
     found = count_subnormals(under, list(under.inputs), "float32", cpu)
     assert found.counted and found.uses is not None
-    assert found.uses.share > 0.1 and found.uses.copies == 1  # counted at batch 1, of 2
+    assert found.uses.share > 0.1
     assert found.uses.reuse.get("matmul", 0) == 64 * 64  # each input used by 64 outputs
     none = count_subnormals(normal, list(normal.inputs), "float32", cpu)
     assert none.counted and none.uses is None and "computes no subnormal" in none.why

@@ -107,7 +107,14 @@ def test_normal_values_whose_products_underflow_are_counted_down_to_2_to_the_min
     uses = count_uses(fc, [torch.full((2, 4), 1e-20)])  # no subnormal input at all
     assert uses.reuse == {"matmul": 2 * 4}  # each row's 4 products with the first weight row
     normal = count_uses(fc, [torch.full((2, 4), 1.0)])
-    assert normal.reuse == {}
+    assert normal.reuse == {} and not normal.any
+    # a bias that makes every output normal: no subnormal written, the products still slow
+    biased = torch.nn.Linear(4, 3).eval()
+    with torch.no_grad():
+        biased.weight.copy_(fc.weight)
+        biased.bias.fill_(1.0)
+    written = count_uses(biased, [torch.full((2, 4), 1e-20)])
+    assert written.share == 0.0 and written.reuse == {"matmul": 2 * 4} and written.any
 
 
 def test_a_subnormal_pays_with_partners_of_2_to_the_minus_32_or_more_and_never_with_one():
