@@ -243,6 +243,31 @@ def _span(t: torch.Tensor) -> tuple[float, float]:
     return (float(torch.where(size >= _TINY, size, math.inf).min()), float(size.max()))
 
 
+def _pointwise_input(func: Any, args: tuple) -> torch.Tensor | None:
+    """The input of a 1x1, ungrouped convolution, whose kernel pays the slow path per vector of
+    16 channels holding a subnormal, every value of it (`_channel_vectors`): timed alone on the
+    Xeon, 34 ns per reuse at 1% subnormal and 4.5 at 50% (12-05); inside hf:mobilevit (12-06, 1
+    thread) two 1x1 convs whose inputs were 14% and 28% subnormal paid 37.5 and 24.8 ms, priced
+    7.0 and 7.3 per subnormal, 21.4 and 16.6 per 16 values in memory order, 44.9 and 25.4 per 16
+    channels. Other convolutions pay per value (a 3x3: 2.2-2.4 ns at every share)."""
+    if str(func.overloadpacket) not in ("aten.conv2d", "aten.convolution") or len(args) < 2:
+        return None
+    weight = args[1]
+    groups = args[8] if str(func.overloadpacket) == "aten.convolution" else (
+        args[6] if len(args) > 6 else 1)
+    if (isinstance(weight, torch.Tensor) and weight.dim() == 4
+            and tuple(weight.shape[-2:]) == (1, 1) and groups == 1):
+        return args[0]
+    return None
+
+
+def _channel_vectors(t: torch.Tensor) -> int:
+    """The values of `t` (N x C x ...) in vectors of 16 channels at one position that hold a
+    subnormal: what a 1x1 convolution's kernel (channels innermost) computes slowly."""
+    mask = _subnormal(t).movedim(1, -1) if t.dim() > 2 else _subnormal(t)
+    return min(t.numel(), _blocks(mask) * BLOCK)
+
+
 def _blocks(mask: torch.Tensor) -> int:
     """16-value blocks of `mask`, in row-major order, holding at least one True."""
     flat = mask.contiguous().reshape(-1)
@@ -343,7 +368,9 @@ class _Counter:
             from profilers.oprecord import OpRecord
 
             flops = ops.flops_of(OpRecord.of_call(func, args, kwargs, _output_specs(out), ""))
-            n = sum(sub * max(1.0, flops / 2 / t.numel())
+            pointwise = _pointwise_input(func, args)
+            n = sum((_channel_vectors(t) if t is pointwise else sub)
+                    * max(1.0, flops / 2 / t.numel())
                     for t, (sub, _) in zip(ins, read, strict=True) if sub)
         if n:
             self.uses.reuse[family] = self.uses.reuse.get(family, 0.0) + n

@@ -126,6 +126,17 @@ def test_a_subnormal_pays_with_partners_of_2_to_the_minus_32_or_more_and_never_w
     assert count_uses(Attend(), [q, q.transpose(-1, -2)]).reuse == {}
 
 
+def test_a_pointwise_conv_pays_for_every_channel_vector_holding_a_subnormal():
+    x = torch.rand(1, 16, 2, 2) + 0.5
+    x[0, 0] = TINY  # channel 0 at all 4 positions: each position's 16 channels hold one
+    pointwise = torch.nn.Conv2d(16, 8, 1, bias=False).eval()
+    assert count_uses(pointwise, [x]).reuse == {"conv": 4 * 16 * 8}  # 4 vectors, 8 outputs
+    # a 3x3 conv pays per subnormal value, each reused by 8 outputs x 9 taps (over 4 positions
+    # of a padded 2x2 map: FLOPs / 2 / the input's values)
+    spatial = torch.nn.Conv2d(16, 8, 3, padding=1, bias=False).eval()
+    assert count_uses(spatial, [x]).reuse == {"conv": pytest.approx(4 * 8 * 9)}
+
+
 def test_crowding_follows_the_parts_threads_take_of_a_batch():
     profile = (0.0, 0.0, 20.0, 20.0)  # all in the second half
     assert crowding(profile, 1, 1) == 0.0  # one thread runs it all anyway
