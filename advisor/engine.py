@@ -186,7 +186,7 @@ def subnormal_note(p: Prediction) -> str | None:
     """What the baseline pays for its subnormal values (`Predictor.add_subnormals`)."""
     if not p.subnormal_ms:
         return None
-    return (f"the baseline includes {p.subnormal_ms:.3g} ms for this CPU's slow path on the "
+    return (f"the baseline includes {p.subnormal_ms:.4g} ms for this CPU's slow path on the "
             "subnormal values its forward pass computes, and each lever the slow path of the "
             "values it computes (its notes say where not); flush_subnormals removes it")
 
@@ -320,7 +320,7 @@ class _Advisor:
             return
         base_ms = self.base.subnormal_ms or 0.0
         if v.dtype:
-            v.notes.append(f"the slow path for subnormal values ({base_ms:.3g} ms in the "
+            v.notes.append(f"the slow path for subnormal values ({base_ms:.4g} ms in the "
                            f"baseline) is measured in float32 and not priced in {v.dtype}")
             return
         if (v.build is not None and not v.channels_last) or v.spec or v.inputs:
@@ -332,7 +332,7 @@ class _Advisor:
                 return
         if not (predictor.device.peaks or {}).get("subnormal"):
             v.notes.append(f"{predictor.device.id} has no measured cost for subnormal values, "
-                           f"so their slow path ({base_ms:.3g} ms in the baseline) is left out")
+                           f"so their slow path ({base_ms:.4g} ms in the baseline) is left out")
             return
         predictor.add_subnormals(p, one.scaled(_batch_of(inputs)))
 

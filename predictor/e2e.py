@@ -607,7 +607,7 @@ class Predictor:
                    if crowded_ms >= 0.01 * extra_ms else "")
         p.notes.append(
             f"{share} (one forward pass here, with its weights): this CPU's slow path for them "
-            f"adds {extra_ms:.3g} ms{crowded}, most in its {main} ops (measured on "
+            f"adds {extra_ms:.4g} ms{crowded}, most in its {main} ops (measured on "
             f"{self.device.id}: "
             f"{cost['reuse_ns']:.3g} ns per use in a matmul, {cost['block_ns']:.3g} ns per "
             "16 values elsewhere); torch.set_flush_denormal(True) removes it")
