@@ -25,7 +25,7 @@ from kernels_db.store import KernelDB
 from predictor.e2e import Prediction, Predictor
 from profilers.capture import capture_or_run
 from profilers.errors import AdvisorError, HwlatError
-from profilers.specs import load_model, with_batch
+from profilers.specs import batch_of, load_model, with_batch
 from profilers.subnormals import SubnormalUses, count_uses, price
 
 PERCENTILES = {"p95": 0.95, "p99": 0.99}
@@ -178,10 +178,6 @@ def _uses_at_batch_one(model: Any, inputs: list, vocab: int | None) -> Subnormal
     return count_uses(model, [s.make("cpu", vocab) for s in with_batch(inputs, 1)])
 
 
-def _batch_of(inputs: list) -> int:
-    return inputs[0].shape[0] if inputs and inputs[0].shape else 1
-
-
 def subnormal_note(p: Prediction) -> str | None:
     """What the baseline pays for its subnormal values (`Predictor.add_subnormals`)."""
     if not p.subnormal_ms:
@@ -216,7 +212,7 @@ class _Advisor:
         self.counted = sub.counted  # no guess from a mask pattern where the values were seen
         base = self.predictor.predict_ops(base_ops, spec=req.spec, values_counted=sub.counted)
         if sub.uses is not None:
-            self.predictor.add_subnormals(base, sub.uses.scaled(_batch_of(loaded.inputs)))
+            self.predictor.add_subnormals(base, sub.uses.scaled(batch_of(loaded.inputs)))
         ctx = LeverContext(req.spec, loaded, list(loaded.inputs), req.dtype, self.device,
                            self.db, req.rate, req.workers, req.max_batch, req.max_wait_ms,
                            base_flops=base.flops, subnormals=sub.uses, subnormals_why=sub.why)
@@ -334,7 +330,7 @@ class _Advisor:
             v.notes.append(f"{predictor.device.id} has no measured cost for subnormal values, "
                            f"so their slow path ({base_ms:.4g} ms in the baseline) is left out")
             return
-        predictor.add_subnormals(p, one.scaled(_batch_of(inputs)))
+        predictor.add_subnormals(p, one.scaled(batch_of(inputs)))
 
     def result(self, lever: Lever, v: Variant, call: tuple) -> LeverResult:
         p50, lo, hi = call[:3]

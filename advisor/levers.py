@@ -23,7 +23,7 @@ from torch import nn
 from advisor.pruning import prunable_sites, prune_model
 from kernels_db.store import DeviceRow, KernelDB
 from profilers.fingerprint import CPU_BF16_FLAGS
-from profilers.specs import InputSpec, LoadedModel
+from profilers.specs import InputSpec, LoadedModel, batch_of
 from profilers.subnormals import SubnormalUses
 
 PRUNE_RATIOS = (0.25, 0.5, 0.75)
@@ -305,7 +305,7 @@ def flush_variants(ctx: LeverContext) -> list[Variant] | str:
 def batch_variants(ctx: LeverContext) -> list[Variant] | str:
     if ctx.rate is not None:
         return "with --rate, batching is the dynamic_batching lever"
-    current = ctx.inputs[0].shape[0] if ctx.inputs[0].shape else 1
+    current = batch_of(ctx.inputs)
     return [Variant("batch", f"batch {b}", {"batch": b}, batch=b)
             for b in BATCH_SIZES if b > current]
 

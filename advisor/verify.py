@@ -32,7 +32,7 @@ from advisor.rank import LeverResult, rank
 from profilers import stats
 from profilers.errors import AdvisorError, HwlatError
 from profilers.loadtest import model_batch_runner, poisson_arrivals, run_load
-from profilers.modelbench import bench_model
+from profilers.modelbench import bench_model, flushed_denormals
 from profilers.oprecord import dtype_from_name
 from profilers.specs import with_batch
 from profilers.timer import thread_count
@@ -268,17 +268,12 @@ def _measure_in_child(model: tuple, make: MakeInputs, threads: int | None, q: fl
     threads starts if `flush`."""
     from profilers.specs import load_model
 
-    if flush and not torch.set_flush_denormal(True):
-        raise AdvisorError("this CPU cannot flush subnormals to zero (torch.set_flush_denormal)")
-    try:
+    with flushed_denormals(flush):  # set back where this is the advising process (isolation off)
         spec, inputs, weights = model
         built = load_model(spec, inputs=inputs).model
         if weights is not None:
             built.load_state_dict(weights)
         return _measure(built, make, threads, q, load)
-    finally:
-        if flush:  # in this process where isolation is off (HWLAT_ISOLATE=0)
-            torch.set_flush_denormal(False)
 
 
 def _bench(model: nn.Module, make: MakeInputs, threads: int | None, q: float) -> dict:
@@ -316,13 +311,8 @@ def _load(model: nn.Module, make: MakeInputs, threads: int | None, q: float, rat
 def flushing_subnormals() -> Iterator[None]:
     """Subnormals flushed to zero in this thread, at 1 thread (torch's other threads keep the
     setting they started with): for accuracy passes, not timings."""
-    if not torch.set_flush_denormal(True):
-        raise AdvisorError("this CPU cannot flush subnormals to zero (torch.set_flush_denormal)")
-    try:
-        with thread_count(1):
-            yield
-    finally:
-        torch.set_flush_denormal(False)
+    with flushed_denormals(), thread_count(1):
+        yield
 
 
 def verify(advice, k: int, *, eval_fn: Callable | None = None,

@@ -19,25 +19,17 @@ With 1x1 convolutions priced per vector of 16 channels holding a subnormal (thei
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 
 import torch
 
 from profilers import subnormals
-from profilers.modelbench import prepare
-from profilers.timer import thread_count
+from profilers.modelbench import flushed_denormals, prepare
+from profilers.timer import measure, thread_count
 
 
 def _median_ms(fn, runs: int) -> float:
-    fn()
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1e3
+    return measure(fn, warmup=1, min_reps=runs, max_reps=runs, min_reps_under_cap=runs).median_s * 1e3
 
 
 def main(argv: list[str]) -> None:
@@ -52,11 +44,8 @@ def main(argv: list[str]) -> None:
             model, args = prepare(spec, [shape])
             uses = subnormals.count_uses(model, args)
             plain = _median_ms(lambda m=model, a=args: m(*a), 5)
-            torch.set_flush_denormal(True)
-            try:
+            with flushed_denormals():
                 flushed = _median_ms(lambda m=model, a=args: m(*a), 7)
-            finally:
-                torch.set_flush_denormal(False)
             slow = plain - flushed
             priced = {f: s * 1e3 for f, s in subnormals.price(uses, cost).items()}
             total = sum(priced.values())

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -383,10 +384,7 @@ def time_forward(spec: str, inputs: list[str] | None = None, *, batch: int | Non
     # before anything runs: set_flush_denormal sets the calling thread's floating-point control
     # only, and OpenMP's workers copy it when they start; set after the model was built, swin_t
     # at 8x3x160x160 and 2 threads took 585 ms flushed against 602 ms (1 thread: 398 and 1159)
-    flushing = flush_denormal and on_cpu
-    if flushing and not torch.set_flush_denormal(True):  # not a plain timing labelled flushed
-        raise BenchError("this CPU cannot flush subnormals to zero (torch.set_flush_denormal)")
-    try:
+    with flushed_denormals(flush_denormal and on_cpu):
         whole = contention.Meter()
         with thread_count(threads):
             model, args = prepare(spec, inputs, batch=batch, dtype=dtype, device=device)
@@ -408,10 +406,23 @@ def time_forward(spec: str, inputs: list[str] | None = None, *, batch: int | Non
             pace_s = min(before_s, probe()) if probe and before_s is not None else None
             chain_s = (min(chain_before_s, chain()) if chain and chain_before_s is not None
                        else None)
-    finally:
-        if flushing:
-            torch.set_flush_denormal(False)
     return dataclasses.replace(m, cpu_use=use, pace_s=pace_s, chain_s=chain_s)
+
+
+@contextmanager
+def flushed_denormals(on: bool = True) -> Iterator[None]:
+    """Subnormals read and written as zero (`torch.set_flush_denormal(True)`) in this thread and
+    the threads it starts inside the block, set back to off after; `on` False: nothing. A CPU
+    that cannot flush them raises BenchError, rather than time a plain run labelled flushed."""
+    if not on:
+        yield
+        return
+    if not torch.set_flush_denormal(True):
+        raise BenchError("this CPU cannot flush subnormals to zero (torch.set_flush_denormal)")
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)
 
 
 def can_flush_denormal() -> bool:

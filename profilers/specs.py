@@ -85,6 +85,11 @@ def with_batch(inputs: list[InputSpec], n: int) -> list[InputSpec]:
                      for i in inputs[1:])]
 
 
+def batch_of(inputs: list[InputSpec]) -> int:
+    """The batch `with_batch` changes: the first input's first dimension (1 for a scalar)."""
+    return inputs[0].shape[0] if inputs and inputs[0].shape else 1
+
+
 def parse_input_spec(text: str) -> InputSpec:
     """`1x3x224x224` (float32) or `int64:1x128` as an InputSpec; SpecError on anything else."""
     hint = "expected e.g. 1x3x224x224 or int64:1x128"

@@ -166,7 +166,7 @@ _PARTNER = 2.0 ** -32
 _FLOOR = 2.0 ** -158
 
 
-def _slow_products(a: torch.Tensor, b: torch.Tensor, tiny: bool = True) -> torch.Tensor:
+def _slow_products(a: torch.Tensor, b: torch.Tensor, tiny: bool) -> torch.Tensor:
     """The multiply-adds of `a @ b` (broadcast as torch.matmul does) on the slow path, per
     matrix of the batch: a subnormal with a partner of 2^-32 or more, and normal operands whose
     product underflows (`_tiny_products`). A subnormal times an exact zero costs nothing:
@@ -175,7 +175,8 @@ def _slow_products(a: torch.Tensor, b: torch.Tensor, tiny: bool = True) -> torch
     slow path against 3.0-3.2 at 224 (2 threads). In hf:mobilevit with random weights linears
     whose inputs held almost no subnormal paid 20-26 ms each for the products of their shrunken
     activations and weights, and its q @ k^T, both operands all subnormal, paid nothing.
-    `tiny`: False where the operands' ranges rule out an underflowing product of normals."""
+    `tiny`: whether the operands' ranges allow an underflowing product of normals
+    (`_underflow_possible`); where they do not, the exact count is skipped."""
     a = a[None] if a.dim() == 1 else a
     b = b[:, None] if b.dim() == 1 else b
     f64 = torch.float64
@@ -193,11 +194,9 @@ def _normal(t: torch.Tensor) -> torch.Tensor:
 
 def _tiny_products(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Per matrix of the batch, the multiply-adds of normal operands whose product lies in
-    [_FLOOR, _TINY), where the operands' ranges allow one at all."""
+    [_FLOOR, _TINY)."""
     batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     na, nb = _normal(a), _normal(b)
-    if not _may_underflow(na, nb):
-        return torch.zeros(batch, dtype=torch.float64)
     k = a.shape[-1]
     if b.dim() == 2:  # one matrix for every row of a's batch: a single product, row by row
         rows = _rows_tiny(na.reshape(1, -1, k), nb[None]).reshape(a.shape[:-1])
@@ -205,15 +204,6 @@ def _tiny_products(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     na = na.expand(*batch, *a.shape[-2:]).reshape(-1, *a.shape[-2:])
     nb = nb.expand(*batch, *b.shape[-2:]).reshape(-1, *b.shape[-2:])
     return _rows_tiny(na, nb).sum(-1).reshape(batch)
-
-
-def _may_underflow(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether a product of a nonzero of `a` and one of `b` (absolute values) can fall in
-    [_FLOOR, _TINY) (most models: none, and the exact count is skipped)."""
-    a, b = a[a != 0], b[b != 0]
-    if not a.numel() or not b.numel():
-        return False
-    return bool(a.min() * b.min() < _TINY and a.max() * b.max() >= _FLOOR)
 
 
 def _rows_tiny(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -227,12 +217,16 @@ def _rows_tiny(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return count.reshape(-1, k, m).sum(1, dtype=torch.float64)
 
 
-def product_uses(name: str, args: tuple, *, tiny: bool = True) -> tuple[torch.Tensor, bool]:
+def product_uses(name: str, args: tuple, *, tiny: bool | None = None
+                 ) -> tuple[torch.Tensor, bool]:
     """A matrix product's (`PRODUCTS`, by op name) multiply-adds on the slow path, per matrix of
-    its batch (`_slow_products`), and whether its kernel splits that batch over threads
+    its batch (`_slow_products`; `tiny`: whether products of normals can underflow, None: from
+    the operands' ranges), and whether its kernel splits that batch over threads
     (`BATCHED_MATMULS`: both operands 3-D or more)."""
     i, j, transposed = PRODUCTS[name]
     a, b = args[i], args[j].t() if transposed else args[j]
+    if tiny is None:
+        tiny = _underflow_possible(_span(a), _span(b))
     return (_slow_products(a, b, tiny),
             name in BATCHED_MATMULS and a.dim() >= 3 and b.dim() >= 3)
 
@@ -241,6 +235,13 @@ def _span(t: torch.Tensor) -> tuple[float, float]:
     """The smallest normal and the largest magnitude in `t` (inf, 0 where it has no normal)."""
     size = t.abs()
     return (float(torch.where(size >= _TINY, size, math.inf).min()), float(size.max()))
+
+
+def _underflow_possible(span_a: tuple[float, float], span_b: tuple[float, float]) -> bool:
+    """Whether two normal values, one in each `_span`, can multiply to [_FLOOR, _TINY): most
+    products of most models cannot, and skip the exact count."""
+    (low_a, high_a), (low_b, high_b) = span_a, span_b
+    return low_a * low_b < _TINY and high_a * high_b >= _FLOOR
 
 
 def _pointwise_input(func: Any, args: tuple) -> torch.Tensor | None:
@@ -318,8 +319,7 @@ class _Counter:
             if seen is None or seen[0]() is not t:
                 seen = self._spans[id(t)] = (weakref.ref(t), _span(t))
             spans.append(seen[1])
-        (low_a, high_a), (low_b, high_b) = spans
-        return low_a * low_b < _TINY and high_a * high_b >= _FLOOR
+        return _underflow_possible(*spans)
 
     def record(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         if getattr(func, "is_view", False):  # an alias of values already counted
@@ -422,9 +422,9 @@ def uses_at_batch_one(spec: str, inputs: Sequence[Any], *, dtype: str = "float32
     """`uses_of_spec` at `inputs` (InputSpecs), run at batch 1 and scaled to their batch: a
     sample's values do not depend on the others' at inference, and swin_t at 224 px counts in
     2.6 s at batch 1 and 6.6 s at batch 8."""
-    from profilers.specs import with_batch
+    from profilers.specs import batch_of, with_batch
 
-    lead = inputs[0].shape[0] if inputs and inputs[0].shape else 1
+    lead = batch_of(list(inputs))
     if lead > 1:
         return uses_of_spec(spec, [str(i) for i in with_batch(list(inputs), 1)],
                             dtype=dtype).scaled(lead)
