@@ -38,6 +38,9 @@ CORRECTION_CACHE = "e2e_fit"
 # per_family entries that are correction terms, not op families
 CORRECTION_TERMS = ("op_overhead", "memory_traffic", "weight_reload", "large_op_traffic")
 SUBNORMAL_TERM = "subnormal_slow_path"  # the per_family entry of `Prediction.subnormal_ms`
+# the per_family entry of the chain probe's term in a prediction scaled to the pace now
+# (`predictor.evaluate.at_pace`): what the small ops between and around kernels cost beyond it
+CHAIN_TERM = "small_op_pace"
 CORRECTION_VERSION = 17  # bump when ModelRow or the correction formula changes (11: the
 # large-op traffic leaves out the weights of ops over the LLC; 12: contended timings left out;
 # 13: so does the memory traffic; 14: weights over the LLC floored at the stream bandwidth;
@@ -83,6 +86,8 @@ class Prediction:
     inputs: list[str] = field(default_factory=list)
     capture_s: float | None = None
     notes: list[str] = field(default_factory=list)
+    # None: as profiled; else how it was scaled to the machine's pace now (`evaluate.at_pace`)
+    anchor: dict | None = None
 
     @property
     def p50_ms(self) -> float:

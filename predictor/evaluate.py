@@ -59,14 +59,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
 from kernels_db.store import KernelDB, quiet_ids
 from predictor.baselines import FlopsLinear, RooflineScaled
 from predictor.correction import ModelRow
-from predictor.e2e import Predictor
+from predictor.e2e import CHAIN_TERM, SUBNORMAL_TERM, Prediction, Predictor
 from profilers import pace, zoo
 from profilers.capture import capture_spec
 from profilers.errors import NotFittedError
@@ -342,6 +342,101 @@ def chain_note(term: ChainTerm, drift: Drift) -> str:
             f"{statistics.median(term.per_op_ms) * 1e3:+.1f} us to the pace-anchored prediction")
 
 
+def anchored_ms(pred: Prediction, factor: float, per_op_ms: float | None, cost_pace: float
+                ) -> tuple[float, list[float], float | None, float | None]:
+    """A prediction at another pace: (p50, interval, slow path, chain term) in ms. Its ops scale
+    by `factor`, its subnormal slow path by `factor` x `cost_pace` (`_cost_pace`: the cost was
+    timed at its own pace) and the chain term adds `per_op_ms` per priced op (`_chain_term`;
+    None: no term). The interval keeps the slow path's own band (`Predictor.SUBNORMAL_BAND`)."""
+    own = pred.subnormal_ms or 0.0
+    slow_ms = None if pred.subnormal_ms is None else factor * own * cost_pace
+    chain_ms = None if per_op_ms is None else per_op_ms * pred.n_timed_ops
+    extra = chain_ms or 0.0
+    p50 = factor * (pred.p50_ms - own) + (slow_ms or 0.0) + extra
+    interval = [factor * (v - own * x) + (slow_ms or 0.0) * x + extra
+                for v, x in zip(pred.interval_ms, Predictor.SUBNORMAL_BAND, strict=True)]
+    return p50, interval, slow_ms, chain_ms
+
+
+PACE_NOW_S = 2.0  # `pace_now` times its probes for this long (at least `pace.MIN_PACES` rounds)
+
+
+@dataclass(frozen=True)
+class PaceNow:
+    """How fast this machine runs now against its profile (`pace_now`): the pace anchor of
+    `evaluate`, for one prediction made here and now (`at_pace`)."""
+
+    factor: float  # the pace probe now over its median in the profile's end-to-end timings
+    pace_ms: tuple[float, float]  # the pace probe (now, in the profile)
+    chain_ms: tuple[float, float] | None  # the chain probe (now, in the profile); None: unknown
+    per_op_ms: float | None  # what one priced op costs now beyond the factor (`_chain_term`)
+    cost_pace: float = 1.0  # `_cost_pace`
+
+    def to_json(self) -> dict:
+        return {"anchor": "pace", **asdict(self)}
+
+    def note(self, profile_p50_ms: float) -> str:
+        chain = ("" if self.chain_ms is None or self.per_op_ms is None else
+                 f"; the chain probe {self.chain_ms[0]:.2f} ms against {self.chain_ms[1]:.2f}, "
+                 f"{self.per_op_ms * 1e3:+.1f} us per priced op")
+        return (f"scaled to this machine's pace now (--anchor pace): the pace probe ran "
+                f"{self.pace_ms[0]:.2f} ms against {self.pace_ms[1]:.2f} ms in the profile, "
+                f"x{self.factor:.3f}{chain}; as profiled: {profile_p50_ms:.4g} ms")
+
+
+def pace_now(predictor: Predictor, profile_timings: Sequence,
+             window_s: float = PACE_NOW_S) -> PaceNow | None:
+    """Time the pace and chain probes here, now, at the device's thread count, as an
+    end-to-end timing does (the faster of two timings each, `profilers.modelbench`), round
+    after round for `window_s`, and set their medians against the profile's (None: the profile
+    has no pace probe timings). The rounds in a slow spell among them (`pace.slow_ids`) are
+    left out, as the profile's median leaves its timings in one out: on the flapping Xeon at 1
+    thread, spells of 0.05-2.5 s held the probe 1.2x or more over its usual pace a quarter of a
+    minute, and a 0.5 s window caught the probes of one prediction in five in one
+    (benchmarks/predict_at_pace.py). Only meaningful on the profiled machine."""
+    import time
+
+    from profilers.timer import thread_count
+
+    then = _profile_pace_ms(profile_timings)
+    if then is None:
+        return None
+    rounds_ms: list[tuple[float, float]] = []
+    with thread_count(predictor.device.threads):
+        probe, chain = pace.probe(), pace.chain_probe()
+        start = time.perf_counter()
+        while len(rounds_ms) < pace.MIN_PACES or time.perf_counter() - start < window_s:
+            rounds_ms.append((min(probe(), probe()) * 1e3, min(chain(), chain()) * 1e3))
+    spell = pace.slow_ids(dict(enumerate(p for p, _ in rounds_ms)))
+    kept = [r for n, r in enumerate(rounds_ms) if n not in spell]
+    paces, chains = zip(*kept, strict=True)
+    now = statistics.median(paces)
+    factor = now / then
+    drift = Drift(factor, factor, factor, [], (now, then))
+    chain_then = _profile_pace_ms(profile_timings, "chain_s")
+    chain_now = statistics.median(chains)
+    per_op = (None if chain_then is None
+              else (chain_now - factor * chain_then) / pace.CHAIN_OPS)
+    return PaceNow(factor, (now, then), None if chain_then is None else (chain_now, chain_then),
+                   per_op, _cost_pace(predictor, drift))
+
+
+def at_pace(pred: Prediction, now: PaceNow) -> Prediction:
+    """`pred` scaled to the pace `now` (`anchored_ms`): p50, interval, breakdown and top ops,
+    the chain term as its own row (`CHAIN_TERM`), the profile's p50 kept in its note."""
+    p50, interval, slow_ms, chain_ms = anchored_ms(pred, now.factor, now.per_op_ms,
+                                                   now.cost_pace)
+    families = {f: (slow_ms if f == SUBNORMAL_TERM else now.factor * ms)
+                for f, ms in pred.per_family.items()}
+    if chain_ms is not None:
+        families[CHAIN_TERM] = chain_ms
+    return replace(pred, latency_ms={**pred.latency_ms, "p50": p50}, interval_ms=interval,
+                   per_family=dict(sorted(families.items(), key=lambda kv: -kv[1])),
+                   top_ops=[{**op, "ms": op["ms"] * now.factor} for op in pred.top_ops],
+                   subnormal_ms=slow_ms, anchor=now.to_json(),
+                   notes=[*pred.notes, now.note(pred.p50_ms)])
+
+
 @dataclass
 class EvalRow:
     spec: str
@@ -571,17 +666,12 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
             zip(cases, captured, measured_ms, round_ms, timings, contended, slow, subnormal,
                 flushed, factors, per_op, strict=True)):
         pred = predictor.predict_captured(cap, subnormals=sub)
-        # the slow path's cost was timed at its own pace, not necessarily the profile's
-        own = pred.subnormal_ms or 0.0
-        slow_ms = None if pred.subnormal_ms is None else k * own * cost_pace
-        chain_ms = None if e is None else e * pred.n_timed_ops
-        predicted = k * (pred.p50_ms - own) + (slow_ms or 0.0) + (chain_ms or 0.0)
+        predicted, interval, slow_ms, chain_ms = anchored_ms(pred, k, e, cost_pace)
         rows.append(EvalRow(
             spec=case.spec, family=case.family or cap.family, inputs=pred.inputs,
             batch=cap.inputs[0].shape[0] if cap.inputs and cap.inputs[0].shape else None,
             measured_ms=measured, measured_rounds_ms=rounds_ms, predicted_ms=predicted,
-            interval_ms=[k * (v - own * x) + (slow_ms or 0.0) * x + (chain_ms or 0.0) for v, x
-                         in zip(pred.interval_ms, Predictor.SUBNORMAL_BAND, strict=True)],
+            interval_ms=interval,
             error_pct=(predicted / measured - 1) * 100, flops=pred.flops,
             flops_pred_ms=k * flops_base.predict_flops(pred.flops) * 1e3 if flops_base else None,
             roofline_pred_ms=(k * roof_base.predict_roofline(pred.roofline_ms / 1e3) * 1e3

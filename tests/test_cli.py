@@ -110,6 +110,43 @@ def test_predict_prices_subnormals_by_default_on_a_profiled_cpu(profiled, tmp_pa
     assert skipped["latency_ms"]["p50"] == pytest.approx(p["latency_ms"]["p50"] - p["subnormal_ms"])
 
 
+def test_predict_at_the_pace_now_scales_the_profiles_prediction(profiled):
+    """--anchor pace times the profile's probes here: the prediction is the profile's times the
+    pace factor, plus the chain probe's term per priced op; the breakdown still sums to it."""
+    db, _ = profiled
+    args = ("predict", "torchvision:squeezenet1_1", "--no-values", "--json")
+    plain = json.loads(run(*args, db=db).stdout)
+    result = run(*args, "--anchor", "pace", db=db)
+    assert result.exit_code == 0, result.output
+    p, a = json.loads(result.stdout), json.loads(result.stdout)["anchor"]
+    assert plain["anchor"] is None and a["anchor"] == "pace"
+    assert a["factor"] == pytest.approx(a["pace_ms"][0] / a["pace_ms"][1]) and a["factor"] > 0
+    chain_ms = (a["per_op_ms"] or 0) * p["n_timed_ops"]
+    assert p["latency_ms"]["p50"] == pytest.approx(a["factor"] * plain["latency_ms"]["p50"]
+                                                   + chain_ms)
+    assert sum(p["per_family"].values()) == pytest.approx(p["latency_ms"]["p50"])
+    assert "as profiled: " in p["notes"][-1]
+
+
+def test_predict_at_the_pace_now_needs_this_machines_cpu_profile(profiled, tmp_path):
+    import sqlite3
+
+    from kernels_db.store import KernelDB
+
+    db, _ = profiled
+    copy = tmp_path / "copy.db"
+    with sqlite3.connect(db) as src, sqlite3.connect(copy) as dst:
+        src.backup(dst)
+    with KernelDB.open(copy) as kdb:
+        kdb.upsert_device({"t": 1}, device_id="cpu-elsewhere-t1", kind="cpu", threads=1)
+        kdb.upsert_device({"t": 2}, device_id="cuda-elsewhere", kind="cuda", threads=1)
+    for device, says in (("cpu-elsewhere-t1", "is not this machine"), ("cuda-elsewhere", "CUDA")):
+        result = run("predict", "torchvision:squeezenet1_1", "--device", device, "--anchor",
+                     "pace", db=copy)
+        assert result.exit_code == 1 and says in result.output, result.output
+        assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
 def test_several_models_one_failing_keeps_the_others(profiled):
     db, _ = profiled
     result = run("predict", "torchvision:squeezenet1_1", "torchvision:resnet19", "--json", db=db)

@@ -546,3 +546,59 @@ def test_the_slow_path_is_scaled_from_the_pace_its_cost_was_timed_at(predictor):
     from profilers.subnormals import measure_cost
 
     assert measure_cost(threads=1, budget_s=0.2)["pace_ms"] > 0
+
+
+def test_a_prediction_scaled_to_the_pace_now_keeps_its_parts_consistent():
+    """`at_pace`: ops x the factor, the slow path x factor x cost pace, the chain term per priced
+    op as its own row; the interval, breakdown and top ops follow, the profile's p50 is kept."""
+    from predictor.e2e import CHAIN_TERM, SUBNORMAL_TERM, Prediction
+    from predictor.evaluate import PaceNow, at_pace
+
+    pred = Prediction(
+        spec="m", device="dev1", latency_ms={"p50": 12.0}, interval_ms=[10.0, 16.0], n_ops=7,
+        n_timed_ops=5, flops=1e9, per_family={"conv": 9.0, "op_overhead": -1.0,
+                                              SUBNORMAL_TERM: 4.0},
+        top_ops=[{"op": "aten.conv2d.default", "ms": 3.0}], unmodelled=[], measured_share=0.5,
+        correction={}, sum_ops_ms=9.0, roofline_ms=2.0, subnormal_ms=4.0)
+    now = PaceNow(factor=2.0, pace_ms=(4.0, 2.0), chain_ms=(3.0, 1.0), per_op_ms=0.1,
+                  cost_pace=0.5)
+    p = at_pace(pred, now)
+    # ops 8 ms x 2 = 16, slow path 4 x 2 x 0.5 = 4, chain 0.1 x 5 ops = 0.5
+    assert p.p50_ms == pytest.approx(20.5) and p.subnormal_ms == pytest.approx(4.0)
+    assert p.per_family == pytest.approx({"conv": 18.0, "op_overhead": -2.0, SUBNORMAL_TERM: 4.0,
+                                          CHAIN_TERM: 0.5})
+    assert sum(p.per_family.values()) == pytest.approx(p.p50_ms)
+    lo, hi = Predictor.SUBNORMAL_BAND  # the slow path keeps its own band
+    assert p.interval_ms == pytest.approx([2 * (10 - 4 * lo) + 4 * lo + 0.5,
+                                           2 * (16 - 4 * hi) + 4 * hi + 0.5])
+    assert p.top_ops[0]["ms"] == 6.0 and pred.top_ops[0]["ms"] == 3.0  # the original unchanged
+    assert p.anchor["anchor"] == "pace" and p.anchor["factor"] == 2.0
+    assert "x2.000" in p.notes[-1] and "as profiled: 12 ms" in p.notes[-1]
+    assert at_pace(pred, PaceNow(1.0, (2.0, 2.0), None, None)).p50_ms == pytest.approx(12.0)
+
+
+def test_pace_now_sets_the_probes_here_against_the_profiles(predictor, tmp_path, monkeypatch):
+    from predictor.evaluate import pace_now
+    from profilers import pace
+
+    monkeypatch.setattr(pace, "probe", lambda: lambda: 0.006)  # 6 ms now, 1.5x the profile's
+    monkeypatch.setattr(pace, "chain_probe", lambda: lambda: 0.003)
+    with KernelDB.open(tmp_path / "paced.db") as db:
+        db.upsert_device({"t": 1}, device_id="dev1", kind="cpu", threads=1, peaks=PEAKS)
+        assert pace_now(predictor, db.model_measurements("dev1")) is None  # nothing probed then
+        for i in range(6):
+            db.add_model_measurement("dev1", f"m{i}", "f", {}, [0.002] * 3,
+                                     stats={"pace_s": 0.004, "chain_s": 0.0015})
+        now = pace_now(predictor, db.model_measurements("dev1"), window_s=0.01)
+    assert now.factor == pytest.approx(1.5) and now.pace_ms == pytest.approx((6.0, 4.0))
+    # the chain ran 3 ms against 1.5 x its 1.5 ms then: 0.75 ms over its ops
+    assert now.per_op_ms == pytest.approx(0.75 / pace.CHAIN_OPS)
+    assert now.chain_ms == pytest.approx((3.0, 1.5)) and now.cost_pace == 1.0
+    # a slow spell over some rounds (12 ms, 2x the others) is left out, its chain timings too
+    paces = iter([0.006] * 4 + [0.012] * 4 + [0.006] * 2)
+    chains = iter([0.003] * 4 + [0.009] * 4 + [0.003] * 2)
+    monkeypatch.setattr(pace, "probe", lambda: lambda: next(paces))
+    monkeypatch.setattr(pace, "chain_probe", lambda: lambda: next(chains))
+    with KernelDB.open(tmp_path / "paced.db") as db:
+        spelled = pace_now(predictor, db.model_measurements("dev1"), window_s=0)  # 5 rounds
+    assert spelled.pace_ms[0] == pytest.approx(6.0) and spelled.chain_ms[0] == pytest.approx(3.0)

@@ -7,9 +7,10 @@ from rich.table import Table
 
 from hwlat.commands.common import input_options, json_option, open_db, parse_inputs
 from hwlat.output import dim, emit_json, escape, stdout
-from predictor.devices import choose_device
+from predictor.devices import choose_device, require_this_machine
 from predictor.e2e import Prediction, Predictor
-from profilers.errors import HwlatError
+from predictor.evaluate import PaceNow, at_pace, pace_now
+from profilers.errors import DeviceError, HwlatError
 
 
 @click.command()
@@ -22,6 +23,11 @@ from profilers.errors import HwlatError
 @click.option("--channels-last", is_flag=True, help="Run 4-d tensors in channels_last.")
 @click.option("--strict", is_flag=True, help="Fail on ops hwlat cannot model.")
 @click.option("--retrain", is_flag=True, help="Retrain the device's models even if cached.")
+@click.option("--anchor", type=click.Choice(("profile", "pace")), default="profile",
+              show_default=True,
+              help="profile: as profiled; pace: time the profile's pace probes here now (~0.2 s) "
+                   "and scale to how fast this machine runs now, as `evaluate --anchor pace` "
+                   "does (this machine's CPU profile only).")
 @click.option("--values/--no-values", default=None,
               help="Run each model once here with its weights to count the subnormal floats it "
                    "computes, and add what they cost the device's CPU (default: on for a CPU "
@@ -29,23 +35,27 @@ from profilers.errors import HwlatError
 @json_option
 @click.pass_context
 def predict(ctx, models, device, inputs, batch, dtype, threads, channels_last, strict, retrain,
-            values, as_json):
+            anchor, values, as_json):
     """Predict the latency of MODELS (specs: torchvision:NAME, timm:NAME, hf:TYPE, file.py:FN,
     model.pt2) on a profiled device. With several MODELS, one that cannot be predicted is reported
     in its place (with --json, as {"spec", "error"}), the others are still predicted, and the
     exit code is 1."""
     with open_db(ctx, readonly=True) as db:
         row = choose_device(db, device, threads=threads)
+        if anchor == "pace":  # before any training: a wrong device fails at once
+            _require_pace_here(row)
         predictor = Predictor.for_device(db, row.id, retrain=retrain,
                                          progress=None if as_json else dim)
+        now = _pace_now(predictor, db) if anchor == "pace" else None
     specs = parse_inputs(inputs)
     if values is None:
         values = (row.kind == "cpu" and dtype == "float32"
                   and bool((row.peaks or {}).get("subnormal")))
 
     def one(model: str) -> Prediction:
-        return predictor.predict_spec(model, inputs=specs, batch=batch, dtype=dtype,
-                                      strict=strict, channels_last=channels_last, values=values)
+        p = predictor.predict_spec(model, inputs=specs, batch=batch, dtype=dtype,
+                                   strict=strict, channels_last=channels_last, values=values)
+        return at_pace(p, now) if now else p
 
     if len(models) == 1:  # its error is the command's: one line, exit 1 (hwlat.cli)
         try:
@@ -78,6 +88,23 @@ def predict(ctx, models, device, inputs, batch, dtype, threads, channels_last, s
         ctx.exit(1)
 
 
+def _require_pace_here(row) -> None:
+    """`--anchor pace` probes this machine: the device must be this machine's CPU profile."""
+    if row.kind != "cpu":
+        raise DeviceError(f"--anchor pace probes a CPU's pace, and {row.label} is a "
+                          f"{row.kind.upper()}; drop --anchor pace")
+    require_this_machine(row)
+
+
+def _pace_now(predictor: Predictor, db) -> PaceNow:
+    now = pace_now(predictor, db.model_measurements(predictor.device.id, kind="e2e"))
+    if now is None:
+        raise DeviceError(f"the profile of {predictor.device.label} has no pace probe beside its "
+                          "end-to-end timings (a profile older than the probe), so its pace then "
+                          "is unknown; run `hwlat profile` again or drop --anchor pace")
+    return now
+
+
 def _show_one(p: Prediction) -> None:
     lo, hi = p.interval_ms
     stdout.print(f"[bold]{escape(p.spec)}[/] {escape('[' + ', '.join(p.inputs) + ']')} on "
@@ -98,8 +125,10 @@ def _show_one(p: Prediction) -> None:
         stdout.print("[yellow]unmodelled ops (roofline fallback, not 0):[/] " + escape(", ".join(
             f"{u['op']} x{u['count']} {u['estimated_ms']:.3f} ms ({u['share']:.1%})" for u in p.unmodelled)))
     if any(ms < 0 for ms in p.per_family.values()):
-        dim("a negative row is a correction term fitted on this device's model timings ("
-            "op_overhead below 0: ops run warmer inside a model than timed alone)", stdout)
+        dim("a negative row is a correction term: op_overhead is fitted on this device's model "
+            "timings (below 0: ops run warmer inside a model than timed alone); small_op_pace "
+            "is the chain probe's (below 0: small ops run faster now than the pace factor says)",
+            stdout)
     for note in p.notes:
         dim(note, stdout)
 

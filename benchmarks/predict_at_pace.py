@@ -1,0 +1,62 @@
+"""Does `hwlat predict --anchor pace` beat the profile's prediction on a machine whose speed moved?
+
+    python benchmarks/predict_at_pace.py DB DEVICE [ROUNDS] > LOG.tsv
+
+What a user does, case after case over the held-out zoo (batch 1 and 8, 224 and 160 px), ROUNDS
+times: time the pace probes here (`predictor.evaluate.pace_now`, as `predict --anchor pace`
+does), predict the model as profiled and at that pace (`at_pace`), then time it for real in a
+fresh process (`profilers.modelbench.time_forward_isolated`, median of its runs). One line per
+case: the two predictions, the measurement, and the probes now, in the child beside the model,
+and in the profile. A summary (MAPE, share within 10%) per anchor follows on stderr.
+Models that compute subnormals (swin_t) are left out: their slow path is priced from a count
+each prediction would make afresh, which is not what this compares.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+
+from kernels_db.store import KernelDB
+from predictor.e2e import Predictor
+from predictor.evaluate import at_pace, pace_now, zoo_cases
+from profilers.modelbench import time_forward_isolated
+
+
+def main() -> None:
+    db_path, device = sys.argv[1], sys.argv[2]
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    with KernelDB.open(db_path, readonly=True) as db:
+        predictor = Predictor.for_device(db, device)
+        timings = db.model_measurements(device, kind="e2e")
+    threads = predictor.device.threads
+    cases = [c for c in zoo_cases(batches=(1, 8)) if "swin" not in c.spec]
+    errors: dict[str, list[float]] = {"profile": [], "pace": []}
+    print("round\tspec\tinputs\tprofile_ms\tpace_ms\tmeasured_ms\tfactor\tper_op_us"
+          "\tprobe_now_ms\tprobe_child_ms\tprobe_then_ms", flush=True)
+    for r in range(rounds):
+        for case in cases:
+            now = pace_now(predictor, timings)
+            if now is None:
+                sys.exit(f"{device}'s profile has no pace probe timings")
+            plain = predictor.predict_spec(case.spec, inputs=list(case.inputs), values=False)
+            paced = at_pace(plain, now)
+            m = time_forward_isolated(case.spec, list(case.inputs), threads=threads,
+                                      min_runs=10, warmup=2, max_time_s=3.0)
+            measured = statistics.median(m.samples_s) * 1e3
+            errors["profile"].append(plain.p50_ms / measured - 1)
+            errors["pace"].append(paced.p50_ms / measured - 1)
+            print(f"{r}\t{case.spec}\t{','.join(case.inputs)}\t{plain.p50_ms:.3f}"
+                  f"\t{paced.p50_ms:.3f}\t{measured:.3f}\t{now.factor:.4f}"
+                  f"\t{(now.per_op_ms or 0) * 1e3:.2f}\t{now.pace_ms[0]:.3f}"
+                  f"\t{(m.pace_s or 0) * 1e3:.3f}\t{now.pace_ms[1]:.3f}", flush=True)
+    for name, errs in errors.items():
+        absolute = [abs(e) for e in errs]
+        print(f"{name}: MAPE {100 * statistics.mean(absolute):.1f}%, within 10% "
+              f"{100 * sum(a <= 0.1 for a in absolute) / len(absolute):.0f}%, "
+              f"median error {100 * statistics.median(errs):+.1f}% ({len(errs)} timings)",
+              file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
