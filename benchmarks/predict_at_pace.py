@@ -7,7 +7,9 @@ times: time the pace probes here (`predictor.evaluate.pace_now`, as `predict --a
 does), predict the model as profiled and at that pace (`at_pace`), then time it for real in a
 fresh process (`profilers.modelbench.time_forward_isolated`, median of its runs). One line per
 case: the two predictions, the measurement, and the probes now, in the child beside the model,
-and in the profile. A summary (MAPE, share within 10%) per anchor follows on stderr.
+and in the profile. A summary (MAPE, share within 10%) follows on stderr for the profile's
+prediction, `--anchor pace`, its pace factor alone (no chain term), and the factor the probe
+beside the model in its child would have given (what the moment of the prediction costs).
 Models that compute subnormals (swin_t) are left out: their slow path is priced from a count
 each prediction would make afresh, which is not what this compares.
 """
@@ -31,7 +33,8 @@ def main() -> None:
         timings = db.model_measurements(device, kind="e2e")
     threads = predictor.device.threads
     cases = [c for c in zoo_cases(batches=(1, 8)) if "swin" not in c.spec]
-    errors: dict[str, list[float]] = {"profile": [], "pace": []}
+    errors: dict[str, list[float]] = {"profile": [], "pace": [], "factor only": [],
+                                      "factor of the child's probe": []}
     print("round\tspec\tinputs\tprofile_ms\tpace_ms\tmeasured_ms\tfactor\tper_op_us"
           "\tprobe_now_ms\tprobe_child_ms\tprobe_then_ms", flush=True)
     for r in range(rounds):
@@ -46,11 +49,17 @@ def main() -> None:
             measured = statistics.median(m.samples_s) * 1e3
             errors["profile"].append(plain.p50_ms / measured - 1)
             errors["pace"].append(paced.p50_ms / measured - 1)
+            errors["factor only"].append(now.factor * plain.p50_ms / measured - 1)
+            if m.pace_s:
+                errors["factor of the child's probe"].append(
+                    m.pace_s * 1e3 / now.pace_then_ms * plain.p50_ms / measured - 1)
             print(f"{r}\t{case.spec}\t{','.join(case.inputs)}\t{plain.p50_ms:.3f}"
                   f"\t{paced.p50_ms:.3f}\t{measured:.3f}\t{now.factor:.4f}"
-                  f"\t{(now.per_op_ms or 0) * 1e3:.2f}\t{now.pace_ms[0]:.3f}"
-                  f"\t{(m.pace_s or 0) * 1e3:.3f}\t{now.pace_ms[1]:.3f}", flush=True)
+                  f"\t{(now.per_op_ms or 0) * 1e3:.2f}\t{now.pace_now_ms:.3f}"
+                  f"\t{(m.pace_s or 0) * 1e3:.3f}\t{now.pace_then_ms:.3f}", flush=True)
     for name, errs in errors.items():
+        if not errs:
+            continue
         absolute = [abs(e) for e in errs]
         print(f"{name}: MAPE {100 * statistics.mean(absolute):.1f}%, within 10% "
               f"{100 * sum(a <= 0.1 for a in absolute) / len(absolute):.0f}%, "

@@ -330,8 +330,14 @@ def _chain_term(chains_ms: Sequence[Sequence[float | None]], contended: Sequence
     for cs, busy, sluggish, k in zip(chains_ms, contended, slow, factors, strict=True):
         kept = [c for n in _kept_rounds(len(cs), busy, sluggish) if (c := cs[n])]
         now = float(np.sqrt(statistics.median(kept) * session)) if kept else session
-        per_op.append((now - k * then) / pace.CHAIN_OPS)
+        per_op.append(_chain_per_op(now, then, k))
     return ChainTerm(session, then, per_op)
+
+
+def _chain_per_op(now_ms: float, then_ms: float, factor: float) -> float:
+    """What one of the chain probe's ops costs now beyond the pace `factor` (ms): the chain's
+    time now less `factor` x its time in the profile, over its ops."""
+    return (now_ms - factor * then_ms) / pace.CHAIN_OPS
 
 
 def chain_note(term: ChainTerm, drift: Drift) -> str:
@@ -364,76 +370,106 @@ PACE_NOW_S = 2.0  # `pace_now` times its probes for this long (at least `pace.MI
 @dataclass(frozen=True)
 class PaceNow:
     """How fast this machine runs now against its profile (`pace_now`): the pace anchor of
-    `evaluate`, for one prediction made here and now (`at_pace`)."""
+    `evaluate`, for predictions made here and now (`at_pace`)."""
 
     factor: float  # the pace probe now over its median in the profile's end-to-end timings
-    pace_ms: tuple[float, float]  # the pace probe (now, in the profile)
-    chain_ms: tuple[float, float] | None  # the chain probe (now, in the profile); None: unknown
-    per_op_ms: float | None  # what one priced op costs now beyond the factor (`_chain_term`)
+    pace_now_ms: float
+    pace_then_ms: float
+    chain_now_ms: float | None  # the chain probe's; None where the profile did not time it
+    chain_then_ms: float | None
+    per_op_ms: float | None  # what one priced op costs now beyond the factor (`_chain_per_op`)
     cost_pace: float = 1.0  # `_cost_pace`
+    others_cores: float | None = None  # other work's CPU use while probing (None: unknown)
+    contended: bool = False  # ... enough to have slowed the probes (`contention.contended`)
 
     def to_json(self) -> dict:
-        return {"anchor": "pace", **asdict(self)}
+        return {"kind": "pace", **asdict(self)}
 
     def note(self, profile_p50_ms: float) -> str:
-        chain = ("" if self.chain_ms is None or self.per_op_ms is None else
-                 f"; the chain probe {self.chain_ms[0]:.2f} ms against {self.chain_ms[1]:.2f}, "
-                 f"{self.per_op_ms * 1e3:+.1f} us per priced op")
+        """`summary`, and the prediction as profiled."""
+        return (f"{self.summary()}; as profiled: {profile_p50_ms:.4g} ms (the other notes are "
+                "at the profile's pace)")
+
+    def summary(self) -> str:
+        chain = ("" if self.chain_now_ms is None or self.per_op_ms is None else
+                 f"; the chain probe {self.chain_now_ms:.2f} ms against "
+                 f"{self.chain_then_ms:.2f}, {self.per_op_ms * 1e3:+.1f} us per priced op")
+        busy = (f"; other work used {self.others_cores:.1f} cores while probing, so the pace "
+                "may be its, not the machine's" if self.contended else "")
         return (f"scaled to this machine's pace now (--anchor pace): the pace probe ran "
-                f"{self.pace_ms[0]:.2f} ms against {self.pace_ms[1]:.2f} ms in the profile, "
-                f"x{self.factor:.3f}{chain}; as profiled: {profile_p50_ms:.4g} ms")
+                f"{self.pace_now_ms:.2f} ms against {self.pace_then_ms:.2f} ms in the profile, "
+                f"x{self.factor:.3f}{chain}{busy}")
+
+
+def probed_then(profile_timings: Sequence) -> bool:
+    """Whether the profile's end-to-end timings ran the pace probe (what `pace_now` needs)."""
+    return _profile_pace_ms(profile_timings) is not None
 
 
 def pace_now(predictor: Predictor, profile_timings: Sequence,
-             window_s: float = PACE_NOW_S) -> PaceNow | None:
+             window_s: float | None = None) -> PaceNow | None:
     """Time the pace and chain probes here, now, at the device's thread count, as an
     end-to-end timing does (the faster of two timings each, `profilers.modelbench`), round
-    after round for `window_s`, and set their medians against the profile's (None: the profile
-    has no pace probe timings). The rounds in a slow spell among them (`pace.slow_ids`) are
-    left out, as the profile's median leaves its timings in one out: on the flapping Xeon at 1
-    thread, spells of 0.05-2.5 s held the probe 1.2x or more over its usual pace a quarter of a
-    minute, and a 0.5 s window caught the probes of one prediction in five in one
-    (benchmarks/predict_at_pace.py). Only meaningful on the profiled machine."""
+    after round for `window_s` (default `PACE_NOW_S`), and set their medians against the
+    profile's (None: the profile has no pace probe timings). The rounds in a slow spell among
+    them (`pace.slow_ids`) are left out, as the profile's median leaves its timings in one out:
+    on the flapping Xeon at 1 thread, spells of 0.05-2.5 s held the probe 1.2x or more over its
+    usual pace a quarter of a minute, and a 0.5 s window caught the probes of one prediction in
+    five in one (benchmarks/predict_at_pace.py). Other work's CPU use over the window is read
+    (`profilers.contention`) and said in the note where it could have slowed the probes. Only
+    meaningful on the profiled machine."""
     import time
 
+    from profilers import contention
     from profilers.timer import thread_count
 
-    then = _profile_pace_ms(profile_timings)
-    if then is None:
+    if not probed_then(profile_timings):
         return None
+    window_s = PACE_NOW_S if window_s is None else window_s
     rounds_ms: list[tuple[float, float]] = []
-    with thread_count(predictor.device.threads):
+    threads = predictor.device.threads
+    with thread_count(threads):
         probe, chain = pace.probe(), pace.chain_probe()
+        meter = contention.Meter()
         start = time.perf_counter()
         while len(rounds_ms) < pace.MIN_PACES or time.perf_counter() - start < window_s:
             rounds_ms.append((min(probe(), probe()) * 1e3, min(chain(), chain()) * 1e3))
+        use = meter.stop()
     spell = pace.slow_ids(dict(enumerate(p for p, _ in rounds_ms)))
-    kept = [r for n, r in enumerate(rounds_ms) if n not in spell]
-    paces, chains = zip(*kept, strict=True)
-    now = statistics.median(paces)
-    factor = now / then
-    drift = Drift(factor, factor, factor, [], (now, then))
+    paces, chains = zip(*(r for n, r in enumerate(rounds_ms) if n not in spell), strict=True)
+    drift = _pace_drift(paces, profile_timings)
     chain_then = _profile_pace_ms(profile_timings, "chain_s")
     chain_now = statistics.median(chains)
-    per_op = (None if chain_then is None
-              else (chain_now - factor * chain_then) / pace.CHAIN_OPS)
-    return PaceNow(factor, (now, then), None if chain_then is None else (chain_now, chain_then),
-                   per_op, _cost_pace(predictor, drift))
+    return PaceNow(
+        drift.ratio, *drift.pace_ms,
+        chain_now_ms=None if chain_then is None else chain_now, chain_then_ms=chain_then,
+        per_op_ms=None if chain_then is None else _chain_per_op(chain_now, chain_then,
+                                                                 drift.ratio),
+        cost_pace=_cost_pace(predictor, drift),
+        others_cores=use.others_cores if use else None,
+        contended=contention.contended(use, threads))
 
 
 def at_pace(pred: Prediction, now: PaceNow) -> Prediction:
-    """`pred` scaled to the pace `now` (`anchored_ms`): p50, interval, breakdown and top ops,
-    the chain term as its own row (`CHAIN_TERM`), the profile's p50 kept in its note."""
+    """`pred` scaled to the pace `now` (`anchored_ms`): p50, interval, breakdown, top ops and
+    unmodelled ops' estimates, the chain term as its own row (`CHAIN_TERM`), the profile's p50
+    kept in its note. Its op sums (`sum_ops_ms`, `roofline_ms`, the traffic terms) and other
+    notes stay at the profile's pace. A prediction already scaled is a ValueError."""
+    if pred.anchor is not None:
+        raise ValueError(f"{pred.spec}'s prediction is already scaled to a pace")
     p50, interval, slow_ms, chain_ms = anchored_ms(pred, now.factor, now.per_op_ms,
                                                    now.cost_pace)
     families = {f: (slow_ms if f == SUBNORMAL_TERM else now.factor * ms)
                 for f, ms in pred.per_family.items()}
     if chain_ms is not None:
         families[CHAIN_TERM] = chain_ms
+    unmodelled = [{**u, "estimated_ms": u["estimated_ms"] * now.factor,
+                   "share": u["estimated_ms"] * now.factor / p50 if p50 else u["share"]}
+                  for u in pred.unmodelled]
     return replace(pred, latency_ms={**pred.latency_ms, "p50": p50}, interval_ms=interval,
                    per_family=dict(sorted(families.items(), key=lambda kv: -kv[1])),
                    top_ops=[{**op, "ms": op["ms"] * now.factor} for op in pred.top_ops],
-                   subnormal_ms=slow_ms, anchor=now.to_json(),
+                   unmodelled=unmodelled, subnormal_ms=slow_ms, anchor=now.to_json(),
                    notes=[*pred.notes, now.note(pred.p50_ms)])
 
 

@@ -110,17 +110,20 @@ def test_predict_prices_subnormals_by_default_on_a_profiled_cpu(profiled, tmp_pa
     assert skipped["latency_ms"]["p50"] == pytest.approx(p["latency_ms"]["p50"] - p["subnormal_ms"])
 
 
-def test_predict_at_the_pace_now_scales_the_profiles_prediction(profiled):
+def test_predict_at_the_pace_now_scales_the_profiles_prediction(profiled, monkeypatch):
     """--anchor pace times the profile's probes here: the prediction is the profile's times the
     pace factor, plus the chain probe's term per priced op; the breakdown still sums to it."""
+    from predictor import evaluate
+
+    monkeypatch.setattr(evaluate, "PACE_NOW_S", 0.2)  # the least rounds, not 2 s
     db, _ = profiled
     args = ("predict", "torchvision:squeezenet1_1", "--no-values", "--json")
     plain = json.loads(run(*args, db=db).stdout)
     result = run(*args, "--anchor", "pace", db=db)
     assert result.exit_code == 0, result.output
     p, a = json.loads(result.stdout), json.loads(result.stdout)["anchor"]
-    assert plain["anchor"] is None and a["anchor"] == "pace"
-    assert a["factor"] == pytest.approx(a["pace_ms"][0] / a["pace_ms"][1]) and a["factor"] > 0
+    assert plain["anchor"] is None and a["kind"] == "pace"
+    assert a["factor"] == pytest.approx(a["pace_now_ms"] / a["pace_then_ms"]) and a["factor"] > 0
     chain_ms = (a["per_op_ms"] or 0) * p["n_timed_ops"]
     assert p["latency_ms"]["p50"] == pytest.approx(a["factor"] * plain["latency_ms"]["p50"]
                                                    + chain_ms)
@@ -140,9 +143,16 @@ def test_predict_at_the_pace_now_needs_this_machines_cpu_profile(profiled, tmp_p
     with KernelDB.open(copy) as kdb:
         kdb.upsert_device({"t": 1}, device_id="cpu-elsewhere-t1", kind="cpu", threads=1)
         kdb.upsert_device({"t": 2}, device_id="cuda-elsewhere", kind="cuda", threads=1)
-    for device, says in (("cpu-elsewhere-t1", "is not this machine"), ("cuda-elsewhere", "CUDA")):
+    unprobed = tmp_path / "unprobed.db"  # this machine's profile, its probe timings removed
+    with sqlite3.connect(copy) as src, sqlite3.connect(unprobed) as dst:
+        src.backup(dst)
+    with sqlite3.connect(unprobed) as con:
+        con.execute("UPDATE model_measurements SET stats_json = json_remove(stats_json, "
+                    "'$.pace_s')")
+    for path, device, says in ((copy, "cpu-elsewhere-t1", "is not this machine"),
+                               (copy, "cuda-elsewhere", "CUDA"), (unprobed, "box", "no pace probe")):
         result = run("predict", "torchvision:squeezenet1_1", "--device", device, "--anchor",
-                     "pace", db=copy)
+                     "pace", db=path)
         assert result.exit_code == 1 and says in result.output, result.output
         assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
 

@@ -560,8 +560,9 @@ def test_a_prediction_scaled_to_the_pace_now_keeps_its_parts_consistent():
                                               SUBNORMAL_TERM: 4.0},
         top_ops=[{"op": "aten.conv2d.default", "ms": 3.0}], unmodelled=[], measured_share=0.5,
         correction={}, sum_ops_ms=9.0, roofline_ms=2.0, subnormal_ms=4.0)
-    now = PaceNow(factor=2.0, pace_ms=(4.0, 2.0), chain_ms=(3.0, 1.0), per_op_ms=0.1,
-                  cost_pace=0.5)
+    pred.unmodelled = [{"op": "aten.foo", "count": 1, "estimated_ms": 1.0, "share": 1 / 12}]
+    now = PaceNow(factor=2.0, pace_now_ms=4.0, pace_then_ms=2.0, chain_now_ms=3.0,
+                  chain_then_ms=1.0, per_op_ms=0.1, cost_pace=0.5)
     p = at_pace(pred, now)
     # ops 8 ms x 2 = 16, slow path 4 x 2 x 0.5 = 4, chain 0.1 x 5 ops = 0.5
     assert p.p50_ms == pytest.approx(20.5) and p.subnormal_ms == pytest.approx(4.0)
@@ -572,9 +573,12 @@ def test_a_prediction_scaled_to_the_pace_now_keeps_its_parts_consistent():
     assert p.interval_ms == pytest.approx([2 * (10 - 4 * lo) + 4 * lo + 0.5,
                                            2 * (16 - 4 * hi) + 4 * hi + 0.5])
     assert p.top_ops[0]["ms"] == 6.0 and pred.top_ops[0]["ms"] == 3.0  # the original unchanged
-    assert p.anchor["anchor"] == "pace" and p.anchor["factor"] == 2.0
+    assert p.unmodelled[0]["estimated_ms"] == 2.0 and p.unmodelled[0]["share"] == 2.0 / 20.5
+    assert p.anchor["kind"] == "pace" and p.anchor["factor"] == 2.0 and pred.anchor is None
     assert "x2.000" in p.notes[-1] and "as profiled: 12 ms" in p.notes[-1]
-    assert at_pace(pred, PaceNow(1.0, (2.0, 2.0), None, None)).p50_ms == pytest.approx(12.0)
+    assert at_pace(pred, PaceNow(1.0, 2.0, 2.0, None, None, None)).p50_ms == pytest.approx(12.0)
+    with pytest.raises(ValueError, match="already scaled"):
+        at_pace(p, now)
 
 
 def test_pace_now_sets_the_probes_here_against_the_profiles(predictor, tmp_path, monkeypatch):
@@ -590,15 +594,19 @@ def test_pace_now_sets_the_probes_here_against_the_profiles(predictor, tmp_path,
             db.add_model_measurement("dev1", f"m{i}", "f", {}, [0.002] * 3,
                                      stats={"pace_s": 0.004, "chain_s": 0.0015})
         now = pace_now(predictor, db.model_measurements("dev1"), window_s=0.01)
-    assert now.factor == pytest.approx(1.5) and now.pace_ms == pytest.approx((6.0, 4.0))
+    assert now.factor == pytest.approx(1.5)
+    assert (now.pace_now_ms, now.pace_then_ms) == pytest.approx((6.0, 4.0))
     # the chain ran 3 ms against 1.5 x its 1.5 ms then: 0.75 ms over its ops
     assert now.per_op_ms == pytest.approx(0.75 / pace.CHAIN_OPS)
-    assert now.chain_ms == pytest.approx((3.0, 1.5)) and now.cost_pace == 1.0
-    # a slow spell over some rounds (12 ms, 2x the others) is left out, its chain timings too
-    paces = iter([0.006] * 4 + [0.012] * 4 + [0.006] * 2)
-    chains = iter([0.003] * 4 + [0.009] * 4 + [0.003] * 2)
+    assert (now.chain_now_ms, now.chain_then_ms) == pytest.approx((3.0, 1.5))
+    assert now.cost_pace == 1.0
+    # a slow spell over three of five rounds (12 ms, 2x the others) is left out, its chain
+    # timings too: the median of all would be 12 and 9 ms
+    paces = iter([0.006] * 2 + [0.012] * 6 + [0.006] * 2)
+    chains = iter([0.003] * 2 + [0.009] * 6 + [0.003] * 2)
     monkeypatch.setattr(pace, "probe", lambda: lambda: next(paces))
     monkeypatch.setattr(pace, "chain_probe", lambda: lambda: next(chains))
     with KernelDB.open(tmp_path / "paced.db") as db:
         spelled = pace_now(predictor, db.model_measurements("dev1"), window_s=0)  # 5 rounds
-    assert spelled.pace_ms[0] == pytest.approx(6.0) and spelled.chain_ms[0] == pytest.approx(3.0)
+    assert spelled.pace_now_ms == pytest.approx(6.0)
+    assert spelled.chain_now_ms == pytest.approx(3.0)

@@ -9,7 +9,7 @@ from hwlat.commands.common import input_options, json_option, open_db, parse_inp
 from hwlat.output import dim, emit_json, escape, stdout
 from predictor.devices import choose_device, require_this_machine
 from predictor.e2e import Prediction, Predictor
-from predictor.evaluate import PaceNow, at_pace, pace_now
+from predictor.evaluate import PACE_NOW_S, at_pace, pace_now, probed_then
 from profilers.errors import DeviceError, HwlatError
 
 
@@ -25,9 +25,10 @@ from profilers.errors import DeviceError, HwlatError
 @click.option("--retrain", is_flag=True, help="Retrain the device's models even if cached.")
 @click.option("--anchor", type=click.Choice(("profile", "pace")), default="profile",
               show_default=True,
-              help="profile: as profiled; pace: time the profile's pace probes here now (~0.2 s) "
+              help="profile: as profiled; pace: time the profile's pace probes here now (2 s) "
                    "and scale to how fast this machine runs now, as `evaluate --anchor pace` "
-                   "does (this machine's CPU profile only).")
+                   "does (this machine's CPU profile only; an option: it adds the probe's "
+                   "noise where the machine runs as profiled).")
 @click.option("--values/--no-values", default=None,
               help="Run each model once here with its weights to count the subnormal floats it "
                    "computes, and add what they cost the device's CPU (default: on for a CPU "
@@ -42,11 +43,16 @@ def predict(ctx, models, device, inputs, batch, dtype, threads, channels_last, s
     exit code is 1."""
     with open_db(ctx, readonly=True) as db:
         row = choose_device(db, device, threads=threads)
-        if anchor == "pace":  # before any training: a wrong device fails at once
-            _require_pace_here(row)
+        timings = db.model_measurements(row.id, kind="e2e") if anchor == "pace" else []
+        if anchor == "pace":  # before any training: a wrong device or profile fails at once
+            _require_pace_here(row, timings)
         predictor = Predictor.for_device(db, row.id, retrain=retrain,
                                          progress=None if as_json else dim)
-        now = _pace_now(predictor, db) if anchor == "pace" else None
+    now = None
+    if anchor == "pace":
+        if not as_json:
+            dim(f"timing this machine's pace for {PACE_NOW_S:g} s")
+        now = pace_now(predictor, timings)
     specs = parse_inputs(inputs)
     if values is None:
         values = (row.kind == "cpu" and dtype == "float32"
@@ -55,7 +61,7 @@ def predict(ctx, models, device, inputs, batch, dtype, threads, channels_last, s
     def one(model: str) -> Prediction:
         p = predictor.predict_spec(model, inputs=specs, batch=batch, dtype=dtype,
                                    strict=strict, channels_last=channels_last, values=values)
-        return at_pace(p, now) if now else p
+        return at_pace(p, now) if now is not None else p
 
     if len(models) == 1:  # its error is the command's: one line, exit 1 (hwlat.cli)
         try:
@@ -82,27 +88,25 @@ def predict(ctx, models, device, inputs, batch, dtype, threads, channels_last, s
                    for model, r in results])
     else:
         _show_many(results)
+        if now is not None:
+            dim(now.summary(), stdout)
     for model, exc in failed:
         click.echo(f"error: {model}: {exc}", err=True)  # as hwlat.cli: one unwrapped line
     if failed:
         ctx.exit(1)
 
 
-def _require_pace_here(row) -> None:
-    """`--anchor pace` probes this machine: the device must be this machine's CPU profile."""
+def _require_pace_here(row, timings) -> None:
+    """`--anchor pace` probes this machine: the device must be this machine's CPU profile, and
+    its profile must have timed the probe (`timings`: its end-to-end timings)."""
     if row.kind != "cpu":
         raise DeviceError(f"--anchor pace probes a CPU's pace, and {row.label} is a "
                           f"{row.kind.upper()}; drop --anchor pace")
     require_this_machine(row)
-
-
-def _pace_now(predictor: Predictor, db) -> PaceNow:
-    now = pace_now(predictor, db.model_measurements(predictor.device.id, kind="e2e"))
-    if now is None:
-        raise DeviceError(f"the profile of {predictor.device.label} has no pace probe beside its "
-                          "end-to-end timings (a profile older than the probe), so its pace then "
-                          "is unknown; run `hwlat profile` again or drop --anchor pace")
-    return now
+    if not probed_then(timings):
+        raise DeviceError(f"the profile of {row.label} has no pace probe beside its end-to-end "
+                          "timings (a profile older than the probe), so its pace then is "
+                          "unknown; run `hwlat profile` again or drop --anchor pace")
 
 
 def _show_one(p: Prediction) -> None:
