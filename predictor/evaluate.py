@@ -381,6 +381,8 @@ class PaceNow:
     cost_pace: float = 1.0  # `_cost_pace`
     others_cores: float | None = None  # other work's CPU use while probing (None: unknown)
     contended: bool = False  # ... enough to have slowed the probes (`contention.contended`)
+    rounds: int = 0  # rounds of both probes timed
+    slow_rounds: int = 0  # ... of them in a slow spell, left out: the machine flapped
 
     def to_json(self) -> dict:
         return {"kind": "pace", **asdict(self)}
@@ -396,6 +398,10 @@ class PaceNow:
                  f"{self.chain_then_ms:.2f}, {self.per_op_ms * 1e3:+.1f} us per priced op")
         busy = (f"; other work used {self.others_cores:.1f} cores while probing, so the pace "
                 "may be its, not the machine's" if self.contended else "")
+        if self.slow_rounds:
+            busy += (f"; {self.slow_rounds} of {self.rounds} rounds ran in a slow spell and "
+                     "were left out: the machine flaps between speeds, and a prediction scaled "
+                     "to one moment may not hold for the next")
         return (f"scaled to this machine's pace now (--anchor pace): the pace probe ran "
                 f"{self.pace_now_ms:.2f} ms against {self.pace_then_ms:.2f} ms in the profile, "
                 f"x{self.factor:.3f}{chain}{busy}")
@@ -447,7 +453,8 @@ def pace_now(predictor: Predictor, profile_timings: Sequence,
                                                                  drift.ratio),
         cost_pace=_cost_pace(predictor, drift),
         others_cores=use.others_cores if use else None,
-        contended=contention.contended(use, threads))
+        contended=contention.contended(use, threads), rounds=len(rounds_ms),
+        slow_rounds=len(spell))
 
 
 def at_pace(pred: Prediction, now: PaceNow) -> Prediction:

@@ -610,3 +610,5 @@ def test_pace_now_sets_the_probes_here_against_the_profiles(predictor, tmp_path,
         spelled = pace_now(predictor, db.model_measurements("dev1"), window_s=0)  # 5 rounds
     assert spelled.pace_now_ms == pytest.approx(6.0)
     assert spelled.chain_now_ms == pytest.approx(3.0)
+    assert (spelled.rounds, spelled.slow_rounds) == (5, 3) and now.slow_rounds == 0
+    assert "3 of 5 rounds ran in a slow spell" in spelled.summary()
