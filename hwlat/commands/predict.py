@@ -43,8 +43,9 @@ def predict(ctx, models, device, inputs, batch, dtype, threads, channels_last, s
     exit code is 1."""
     with open_db(ctx, readonly=True) as db:
         row = choose_device(db, device, threads=threads)
-        timings = db.model_measurements(row.id, kind="e2e") if anchor == "pace" else []
+        timings = []
         if anchor == "pace":  # before any training: a wrong device or profile fails at once
+            timings = db.model_measurements(row.id, kind="e2e")
             _require_pace_here(row, timings)
         predictor = Predictor.for_device(db, row.id, retrain=retrain,
                                          progress=None if as_json else dim)
