@@ -7,7 +7,7 @@ times: time the pace probes here (`predictor.evaluate.pace_now`, as `predict --a
 does), predict the model as profiled and at that pace (`at_pace`), then time it for real in a
 fresh process (`profilers.modelbench.time_forward_isolated`, median of its runs). One line per
 case: the two predictions, the measurement, and the probes now, in the child beside the model,
-and in the profile. A summary (MAPE, share within 10%) follows on stderr for the profile's
+and in the profile (a field left empty where unknown). A summary (MAPE, share within 10%) follows on stderr for the profile's
 prediction, `--anchor pace`, its pace factor alone (no chain term), and the factor the probe
 beside the model in its child would have given (what the moment of the prediction costs).
 Models that compute subnormals (swin_t) are left out: their slow path is priced from a count
@@ -23,6 +23,12 @@ from kernels_db.store import KernelDB
 from predictor.e2e import Predictor
 from predictor.evaluate import at_pace, pace_now, zoo_cases
 from profilers.modelbench import time_forward_isolated
+
+
+def _ms(value: float | None, scale: float, digits: int) -> str:
+    """A TSV field: `value` x `scale`, or empty where unknown (no chain probe in the profile, no
+    probe beside the child's timing), never 0."""
+    return "" if value is None else f"{value * scale:.{digits}f}"
 
 
 def main() -> None:
@@ -46,7 +52,7 @@ def main() -> None:
             paced = at_pace(plain, now)
             m = time_forward_isolated(case.spec, list(case.inputs), threads=threads,
                                       min_runs=10, warmup=2, max_time_s=3.0)
-            measured = statistics.median(m.samples_s) * 1e3
+            measured = m.median_s * 1e3
             errors["profile"].append(plain.p50_ms / measured - 1)
             errors["pace"].append(paced.p50_ms / measured - 1)
             errors["factor only"].append(now.factor * plain.p50_ms / measured - 1)
@@ -55,8 +61,8 @@ def main() -> None:
                     m.pace_s * 1e3 / now.pace_then_ms * plain.p50_ms / measured - 1)
             print(f"{r}\t{case.spec}\t{','.join(case.inputs)}\t{plain.p50_ms:.3f}"
                   f"\t{paced.p50_ms:.3f}\t{measured:.3f}\t{now.factor:.4f}"
-                  f"\t{(now.per_op_ms or 0) * 1e3:.2f}\t{now.pace_now_ms:.3f}"
-                  f"\t{(m.pace_s or 0) * 1e3:.3f}\t{now.pace_then_ms:.3f}", flush=True)
+                  f"\t{_ms(now.per_op_ms, 1e3, 2)}\t{now.pace_now_ms:.3f}"
+                  f"\t{_ms(m.pace_s, 1e3, 3)}\t{now.pace_then_ms:.3f}", flush=True)
     for name, errs in errors.items():
         if not errs:
             continue
