@@ -7,9 +7,12 @@ times: time the pace probes here (`predictor.evaluate.pace_now`, as `predict --a
 does), predict the model as profiled and at that pace (`at_pace`), then time it for real in a
 fresh process (`profilers.modelbench.time_forward_isolated`, median of its runs). One line per
 case: the two predictions, the measurement, and the probes now, in the child beside the model,
-and in the profile (a field left empty where unknown). A summary (MAPE, share within 10%) follows on stderr for the profile's
-prediction, `--anchor pace`, its pace factor alone (no chain term), and the factor the probe
-beside the model in its child would have given (what the moment of the prediction costs).
+and in the profile (a field left empty where unknown). A summary follows on stderr: MAPE and
+share within 10% for the profile's prediction, `--anchor pace`, its pace factor alone (no chain
+term), and the factor the probe beside the model in its child would have given (what the moment
+of the prediction costs); then, for the interval as profiled and as `--anchor pace` gives it
+(`lo_ms`, `hi_ms`; meant to hold 80%), the share of measurements inside and its median width.
+`probe_p10_ms` and `probe_p90_ms` are the pace probe's spread over the rounds `pace_now` timed.
 Models that compute subnormals (swin_t) are left out: their slow path is priced from a count
 each prediction would make afresh, which is not what this compares.
 """
@@ -41,8 +44,11 @@ def main() -> None:
     cases = [c for c in zoo_cases(batches=(1, 8)) if "swin" not in c.spec]
     errors: dict[str, list[float]] = {"profile": [], "pace": [], "factor only": [],
                                       "factor of the child's probe": []}
+    # whether the interval (meant to hold 80%) holds the measurement, and its width over p50
+    covered: dict[str, list[tuple[bool, float]]] = {"profile": [], "pace": []}
     print("round\tspec\tinputs\tprofile_ms\tpace_ms\tmeasured_ms\tfactor\tper_op_us"
-          "\tprobe_now_ms\tprobe_child_ms\tprobe_then_ms", flush=True)
+          "\tprobe_now_ms\tprobe_child_ms\tprobe_then_ms\tlo_ms\thi_ms\tprobe_p10_ms"
+          "\tprobe_p90_ms", flush=True)
     for r in range(rounds):
         for case in cases:
             now = pace_now(predictor, timings)
@@ -53,6 +59,9 @@ def main() -> None:
             m = time_forward_isolated(case.spec, list(case.inputs), threads=threads,
                                       min_runs=10, warmup=2, max_time_s=3.0)
             measured = m.median_s * 1e3
+            for name, p in (("profile", plain), ("pace", paced)):
+                lo, hi = p.interval_ms
+                covered[name].append((lo <= measured <= hi, (hi - lo) / p.p50_ms))
             errors["profile"].append(plain.p50_ms / measured - 1)
             errors["pace"].append(paced.p50_ms / measured - 1)
             errors["factor only"].append(now.factor * plain.p50_ms / measured - 1)
@@ -62,7 +71,9 @@ def main() -> None:
             print(f"{r}\t{case.spec}\t{','.join(case.inputs)}\t{plain.p50_ms:.3f}"
                   f"\t{paced.p50_ms:.3f}\t{measured:.3f}\t{now.factor:.4f}"
                   f"\t{_ms(now.per_op_ms, 1e3, 2)}\t{now.pace_now_ms:.3f}"
-                  f"\t{_ms(m.pace_s, 1e3, 3)}\t{now.pace_then_ms:.3f}", flush=True)
+                  f"\t{_ms(m.pace_s, 1e3, 3)}\t{now.pace_then_ms:.3f}"
+                  f"\t{paced.interval_ms[0]:.3f}\t{paced.interval_ms[1]:.3f}"
+                  f"\t{now.pace_low_ms:.3f}\t{now.pace_high_ms:.3f}", flush=True)
     for name, errs in errors.items():
         if not errs:
             continue
@@ -71,6 +82,10 @@ def main() -> None:
               f"{100 * sum(a <= 0.1 for a in absolute) / len(absolute):.0f}%, "
               f"median error {100 * statistics.median(errs):+.1f}% ({len(errs)} timings)",
               file=sys.stderr)
+    for name, rows in covered.items():
+        print(f"interval, {name}: {100 * sum(c for c, _ in rows) / len(rows):.0f}% of "
+              f"measurements inside, median width {100 * statistics.median(w for _, w in rows):.0f}"
+              f"% of p50", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -383,6 +383,10 @@ class PaceNow:
     contended: bool = False  # ... enough to have slowed the probes (`contention.contended`)
     rounds: int = 0  # rounds of both probes timed
     slow_rounds: int = 0  # ... of them in a slow spell, left out: the machine flapped
+    # the pace probe's 10th and 90th percentile over every round, slow ones too: how far the
+    # pace moved while probing (None: not timed)
+    pace_low_ms: float | None = None
+    pace_high_ms: float | None = None
 
     def to_json(self) -> dict:
         return {"kind": "pace", **asdict(self)}
@@ -399,9 +403,12 @@ class PaceNow:
         busy = (f"; other work used {self.others_cores:.1f} cores while probing, so the pace "
                 "may be its, not the machine's" if self.contended else "")
         if self.slow_rounds:
-            busy += (f"; {self.slow_rounds} of {self.rounds} rounds ran in a slow spell and "
-                     "were left out: the machine flaps between speeds, and a prediction scaled "
-                     "to one moment may not hold for the next")
+            spread = ("" if self.pace_low_ms is None else
+                      f" (the probe ran {self.pace_low_ms:.2f}-{self.pace_high_ms:.2f} ms, "
+                      "10th-90th percentile of every round)")
+            busy += (f"; {self.slow_rounds} of {self.rounds} rounds ran in a slow spell{spread} "
+                     "and were left out: the machine flaps between speeds, and a prediction "
+                     "scaled to one moment may not hold for the next")
         return (f"scaled to this machine's pace now (--anchor pace): the pace probe ran "
                 f"{self.pace_now_ms:.2f} ms against {self.pace_then_ms:.2f} ms in the profile, "
                 f"x{self.factor:.3f}{chain}{busy}")
@@ -442,6 +449,7 @@ def pace_now(predictor: Predictor, profile_timings: Sequence,
             rounds_ms.append((min(probe(), probe()) * 1e3, min(chain(), chain()) * 1e3))
         use = meter.stop()
     spell = pace.slow_ids(dict(enumerate(p for p, _ in rounds_ms)))
+    low, high = np.percentile([p for p, _ in rounds_ms], [10, 90])
     paces, chains = zip(*(r for n, r in enumerate(rounds_ms) if n not in spell), strict=True)
     drift = _pace_drift(paces, profile_timings)
     chain_then = _profile_pace_ms(profile_timings, "chain_s")
@@ -454,14 +462,18 @@ def pace_now(predictor: Predictor, profile_timings: Sequence,
         cost_pace=_cost_pace(predictor, drift),
         others_cores=use.others_cores if use else None,
         contended=contention.contended(use, threads), rounds=len(rounds_ms),
-        slow_rounds=len(spell))
+        slow_rounds=len(spell), pace_low_ms=float(low), pace_high_ms=float(high))
 
 
 def at_pace(pred: Prediction, now: PaceNow) -> Prediction:
     """`pred` scaled to the pace `now` (`anchored_ms`): p50, interval, breakdown, top ops and
     unmodelled ops' estimates, the chain term as its own row (`CHAIN_TERM`), the profile's p50
     kept in its note. Its op sums (`sum_ops_ms`, `roofline_ms`, the traffic terms) and other
-    notes stay at the profile's pace. A prediction already scaled is a ValueError."""
+    notes stay at the profile's pace. The interval is scaled, not widened by how far the pace
+    moved while probing (`PaceNow.pace_low_ms`): its repeat spread (`Correction.repeat_spread`)
+    holds how far the machine's timings moved during the profile, and scaled it held 83-85% of
+    the measurements where 80% is meant; widened as well, 92-94% (benchmarks/RESULTS.md,
+    2026-12-06 afternoon). A prediction already scaled is a ValueError."""
     if pred.anchor is not None:
         raise ValueError(f"{pred.spec}'s prediction is already scaled to a pace")
     p50, interval, slow_ms, chain_ms = anchored_ms(pred, now.factor, now.per_op_ms,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -579,6 +580,14 @@ def test_a_prediction_scaled_to_the_pace_now_keeps_its_parts_consistent():
     assert at_pace(pred, PaceNow(1.0, 2.0, 2.0, None, None, None)).p50_ms == pytest.approx(12.0)
     with pytest.raises(ValueError, match="already scaled"):
         at_pace(p, now)
+    # the pace moved 3-6 ms while probing, in a slow spell: said, and kept in the anchor; the
+    # interval is only scaled (the profile's repeat spread holds the machine's moves)
+    moved = at_pace(pred, replace(now, pace_low_ms=3.0, pace_high_ms=6.0, rounds=9,
+                                  slow_rounds=2))
+    assert moved.interval_ms == pytest.approx(p.interval_ms) and moved.p50_ms == p.p50_ms
+    assert ("2 of 9 rounds ran in a slow spell (the probe ran 3.00-6.00 ms, 10th-90th "
+            "percentile of every round)") in moved.notes[-1]
+    assert moved.anchor["pace_low_ms"] == 3.0 and "the probe ran" not in p.notes[-1]
 
 
 def test_pace_now_sets_the_probes_here_against_the_profiles(predictor, tmp_path, monkeypatch):
@@ -611,4 +620,7 @@ def test_pace_now_sets_the_probes_here_against_the_profiles(predictor, tmp_path,
     assert spelled.pace_now_ms == pytest.approx(6.0)
     assert spelled.chain_now_ms == pytest.approx(3.0)
     assert (spelled.rounds, spelled.slow_rounds) == (5, 3) and now.slow_rounds == 0
+    # the percentiles span every round, the slow ones too: 6 to 12 ms
+    assert (spelled.pace_low_ms, spelled.pace_high_ms) == pytest.approx((6.0, 12.0))
+    assert (now.pace_low_ms, now.pace_high_ms) == pytest.approx((6.0, 6.0))
     assert "3 of 5 rounds ran in a slow spell" in spelled.summary()
