@@ -365,6 +365,14 @@ def anchored_ms(pred: Prediction, factor: float, per_op_ms: float | None, cost_p
 
 
 PACE_NOW_S = 2.0  # `pace_now` times its probes for this long (at least `pace.MIN_PACES` rounds)
+PACE_WEIGHT = 0.75
+"""How far `predict --anchor pace` moves a prediction from the profile's pace towards the probe's
+reading now (`PaceNow.scale`: the factor to this power; the chain term times it). A model timed
+seconds after the probe follows it only partway on a machine that flaps: over eight runs of
+benchmarks/predict_at_pace.py (48 zoo settings each, 1 and 2 threads, 12-06) the measured
+over the profile's prediction rose 0.07-0.50x as steeply as the probe's factor (log-log slope),
+and the weight 0.75 gave 13.6% MAPE and 50% within 10% on average against 15.8% and 46% for the
+whole factor, lower MAPE in each of the eight; 0.5, 13.8% and 41%; none, 17.8% and 35%."""
 
 
 @dataclass(frozen=True)
@@ -387,9 +395,22 @@ class PaceNow:
     # pace moved while probing (None: not timed)
     pace_low_ms: float | None = None
     pace_high_ms: float | None = None
+    weight: float = 1.0  # how far towards the reading the prediction moves (`PACE_WEIGHT`)
+
+    @property
+    def scale(self) -> float:
+        """What the prediction's ops are multiplied by: the factor, `weight` of the way from 1
+        in log."""
+        return self.factor ** self.weight
+
+    @property
+    def added_per_op_ms(self) -> float | None:
+        """What each priced op gets beyond `scale`: the chain term, `weight` of it."""
+        return None if self.per_op_ms is None else self.weight * self.per_op_ms
 
     def to_json(self) -> dict:
-        return {"kind": "pace", **asdict(self)}
+        return {"kind": "pace", **asdict(self), "scale": self.scale,
+                "added_per_op_ms": self.added_per_op_ms}
 
     def note(self, profile_p50_ms: float) -> str:
         """`summary`, and the prediction as profiled."""
@@ -409,9 +430,12 @@ class PaceNow:
             busy += (f"; {self.slow_rounds} of {self.rounds} rounds ran in a slow spell{spread} "
                      "and were left out: the machine flaps between speeds, and a prediction "
                      "scaled to one moment may not hold for the next")
+        weighed = ("" if self.weight == 1 else
+                   f" (scaled x{self.scale:.3f}: {self.weight:g} of the way, as a model timed "
+                   "moments later follows the probe only partway)")
         return (f"scaled to this machine's pace now (--anchor pace): the pace probe ran "
                 f"{self.pace_now_ms:.2f} ms against {self.pace_then_ms:.2f} ms in the profile, "
-                f"x{self.factor:.3f}{chain}{busy}")
+                f"x{self.factor:.3f}{weighed}{chain}{busy}")
 
 
 def probed_then(profile_timings: Sequence) -> bool:
@@ -462,13 +486,14 @@ def pace_now(predictor: Predictor, profile_timings: Sequence,
         cost_pace=_cost_pace(predictor, drift),
         others_cores=use.others_cores if use else None,
         contended=contention.contended(use, threads), rounds=len(rounds_ms),
-        slow_rounds=len(spell), pace_low_ms=float(low), pace_high_ms=float(high))
+        slow_rounds=len(spell), pace_low_ms=float(low), pace_high_ms=float(high),
+        weight=PACE_WEIGHT)
 
 
 def at_pace(pred: Prediction, now: PaceNow) -> Prediction:
-    """`pred` scaled to the pace `now` (`anchored_ms`): p50, interval, breakdown, top ops and
-    unmodelled ops' estimates, the chain term as its own row (`CHAIN_TERM`), the profile's p50
-    kept in its note. Its op sums (`sum_ops_ms`, `roofline_ms`, the traffic terms) and other
+    """`pred` scaled to the pace `now` (`anchored_ms` by `PaceNow.scale`): p50, interval,
+    breakdown, top ops and unmodelled ops' estimates, the chain term as its own row
+    (`CHAIN_TERM`), the profile's p50 kept in its note. Its op sums (`sum_ops_ms`, `roofline_ms`, the traffic terms) and other
     notes stay at the profile's pace. The interval is scaled, not widened by how far the pace
     moved while probing (`PaceNow.pace_low_ms`): its repeat spread (`Correction.repeat_spread`)
     holds how far the machine's timings moved during the profile, and scaled it held 83-85% of
@@ -476,18 +501,18 @@ def at_pace(pred: Prediction, now: PaceNow) -> Prediction:
     2026-12-06 afternoon). A prediction already scaled is a ValueError."""
     if pred.anchor is not None:
         raise ValueError(f"{pred.spec}'s prediction is already scaled to a pace")
-    p50, interval, slow_ms, chain_ms = anchored_ms(pred, now.factor, now.per_op_ms,
-                                                   now.cost_pace)
-    families = {f: (slow_ms if f == SUBNORMAL_TERM else now.factor * ms)
+    k = now.scale
+    p50, interval, slow_ms, chain_ms = anchored_ms(pred, k, now.added_per_op_ms, now.cost_pace)
+    families = {f: (slow_ms if f == SUBNORMAL_TERM else k * ms)
                 for f, ms in pred.per_family.items()}
     if chain_ms is not None:
         families[CHAIN_TERM] = chain_ms
-    unmodelled = [{**u, "estimated_ms": u["estimated_ms"] * now.factor,
-                   "share": u["estimated_ms"] * now.factor / p50 if p50 else u["share"]}
+    unmodelled = [{**u, "estimated_ms": u["estimated_ms"] * k,
+                   "share": u["estimated_ms"] * k / p50 if p50 else u["share"]}
                   for u in pred.unmodelled]
     return replace(pred, latency_ms={**pred.latency_ms, "p50": p50}, interval_ms=interval,
                    per_family=dict(sorted(families.items(), key=lambda kv: -kv[1])),
-                   top_ops=[{**op, "ms": op["ms"] * now.factor} for op in pred.top_ops],
+                   top_ops=[{**op, "ms": op["ms"] * k} for op in pred.top_ops],
                    unmodelled=unmodelled, subnormal_ms=slow_ms, anchor=now.to_json(),
                    notes=[*pred.notes, now.note(pred.p50_ms)])
 

@@ -588,10 +588,18 @@ def test_a_prediction_scaled_to_the_pace_now_keeps_its_parts_consistent():
     assert ("2 of 9 rounds ran in a slow spell (the probe ran 3.00-6.00 ms, 10th-90th "
             "percentile of every round)") in moved.notes[-1]
     assert moved.anchor["pace_low_ms"] == 3.0 and "the probe ran" not in p.notes[-1]
+    # weighed: the factor 2 three quarters of the way in log (2 ** 0.75), the chain term x 0.75
+    part = at_pace(pred, replace(now, weight=0.75))
+    k = 2 ** 0.75
+    assert part.p50_ms == pytest.approx(k * 8 + k * 4 * 0.5 + 0.75 * 0.5)
+    assert part.per_family[CHAIN_TERM] == pytest.approx(0.375)
+    assert sum(part.per_family.values()) == pytest.approx(part.p50_ms)
+    assert part.anchor["scale"] == pytest.approx(k) and part.anchor["factor"] == 2.0
+    assert "scaled x1.682: 0.75 of the way" in part.notes[-1] and "of the way" not in p.notes[-1]
 
 
 def test_pace_now_sets_the_probes_here_against_the_profiles(predictor, tmp_path, monkeypatch):
-    from predictor.evaluate import pace_now
+    from predictor.evaluate import PACE_WEIGHT, pace_now
     from profilers import pace
 
     monkeypatch.setattr(pace, "probe", lambda: lambda: 0.006)  # 6 ms now, 1.5x the profile's
@@ -608,7 +616,7 @@ def test_pace_now_sets_the_probes_here_against_the_profiles(predictor, tmp_path,
     # the chain ran 3 ms against 1.5 x its 1.5 ms then: 0.75 ms over its ops
     assert now.per_op_ms == pytest.approx(0.75 / pace.CHAIN_OPS)
     assert (now.chain_now_ms, now.chain_then_ms) == pytest.approx((3.0, 1.5))
-    assert now.cost_pace == 1.0
+    assert now.cost_pace == 1.0 and now.weight == PACE_WEIGHT and now.scale < now.factor
     # a slow spell over three of five rounds (12 ms, 2x the others) is left out, its chain
     # timings too: the median of all would be 12 and 9 ms
     paces = iter([0.006] * 2 + [0.012] * 6 + [0.006] * 2)
