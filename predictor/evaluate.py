@@ -368,11 +368,14 @@ PACE_NOW_S = 2.0  # `pace_now` times its probes for this long (at least `pace.MI
 PACE_WEIGHT = 0.75
 """How far `predict --anchor pace` moves a prediction from the profile's pace towards the probe's
 reading now (`PaceNow.scale`: the factor to this power; the chain term times it). A model timed
-seconds after the probe follows it only partway on a machine that flaps: over eight runs of
-benchmarks/predict_at_pace.py (48 zoo settings each, 1 and 2 threads, 12-06) the measured
-over the profile's prediction rose 0.07-0.50x as steeply as the probe's factor (log-log slope),
-and the weight 0.75 gave 13.6% MAPE and 50% within 10% on average against 15.8% and 46% for the
-whole factor, lower MAPE in each of the eight; 0.5, 13.8% and 41%; none, 17.8% and 35%."""
+seconds after the probe follows it only partway on a machine that flaps: over ten runs of
+benchmarks/predict_at_pace.py (48 zoo settings each, 1 and 2 threads, 12-06; three of them with
+earlier builds that probed for 0.2-0.5 s) the measured over the profile's prediction rose
+0.07-0.50x as steeply as the probe's factor (log-log slope). Chosen on eight of them (0.75 against
+0.5: 13.6% MAPE against 13.8%, 50% within 10% against 41%), it gave lower MAPE than the whole
+factor in all ten: 13.8% against 15.6% on average, 49% within 10% against 46%; in the two runs
+after it was chosen, 16.5% against 16.7% and 12.0% against 12.7%, 33% against 42% and 54% against
+54% within 10%. The profile's pace alone: 17.3%, 36%."""
 
 
 @dataclass(frozen=True)
@@ -496,9 +499,9 @@ def at_pace(pred: Prediction, now: PaceNow) -> Prediction:
     (`CHAIN_TERM`), the profile's p50 kept in its note. Its op sums (`sum_ops_ms`, `roofline_ms`, the traffic terms) and other
     notes stay at the profile's pace. The interval is scaled, not widened by how far the pace
     moved while probing (`PaceNow.pace_low_ms`): its repeat spread (`Correction.repeat_spread`)
-    holds how far the machine's timings moved during the profile, and scaled it held 83-85% of
-    the measurements where 80% is meant; widened as well, 92-94% (benchmarks/RESULTS.md,
-    2026-12-06 afternoon). A prediction already scaled is a ValueError."""
+    holds how far the machine's timings moved during the profile, and scaled it held 83-94% of
+    the measurements in four runs where 80% is meant; widened as well, 92-94% in two
+    (benchmarks/RESULTS.md, 2026-12-06 afternoon). A prediction already scaled is a ValueError."""
     if pred.anchor is not None:
         raise ValueError(f"{pred.spec}'s prediction is already scaled to a pace")
     k = now.scale

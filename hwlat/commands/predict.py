@@ -26,9 +26,10 @@ from profilers.errors import DeviceError, HwlatError
 @click.option("--anchor", type=click.Choice(("profile", "pace")), default="profile",
               show_default=True,
               help="profile: as profiled; pace: time the profile's pace probes here now (2 s) "
-                   "and scale to how fast this machine runs now, as `evaluate --anchor pace` "
-                   "does (this machine's CPU profile only; an option: it adds the probe's "
-                   "noise where the machine runs as profiled).")
+                   "and move the prediction three quarters of the way to how fast this machine "
+                   "runs now (a model timed moments later follows the probe only partway; this "
+                   "machine's CPU profile only; an option: it adds the probe's noise where the "
+                   "machine runs as profiled).")
 @click.option("--values/--no-values", default=None,
               help="Run each model once here with its weights to count the subnormal floats it "
                    "computes, and add what they cost the device's CPU (default: on for a CPU "
