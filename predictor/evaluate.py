@@ -368,14 +368,14 @@ PACE_NOW_S = 2.0  # `pace_now` times its probes for this long (at least `pace.MI
 PACE_WEIGHT = 0.75
 """How far `predict --anchor pace` moves a prediction from the profile's pace towards the probe's
 reading now (`PaceNow.scale`: the factor to this power; the chain term times it). A model timed
-seconds after the probe follows it only partway on a machine that flaps: over ten runs of
+seconds after the probe follows it only partway on a machine that flaps: over eight runs of
 benchmarks/predict_at_pace.py (48 zoo settings each, 1 and 2 threads, 12-06; three of them with
-earlier builds that probed for 0.2-0.5 s) the measured over the profile's prediction rose
-0.07-0.50x as steeply as the probe's factor (log-log slope). Chosen on eight of them (0.75 against
-0.5: 13.6% MAPE against 13.8%, 50% within 10% against 41%), it gave lower MAPE than the whole
-factor in all ten: 13.8% against 15.6% on average, 49% within 10% against 46%; in the two runs
-after it was chosen, 16.5% against 16.7% and 12.0% against 12.7%, 33% against 42% and 54% against
-54% within 10%. The profile's pace alone: 17.3%, 36%."""
+earlier builds that probed for 0.2-0.5 s) the log of the measured over the profile's prediction
+rose 0.07-0.50x as steeply as the log of the probe's factor, 0.32-1.04x as the probe timed beside
+the model. Chosen on those eight runs (MAPE and within 10%, averaged): 0.75 13.6% and 50%, 0.6
+13.5% and 44%, 0.5 13.8% and 41%, the whole factor 15.8% and 46% (0.75 lower in each run), the
+profile's pace 17.8% and 35%. In the two runs after, 0.75 against the whole factor: 16.5% and 16.7%
+MAPE, 33% and 42% within 10% (2 threads); 12.0% and 12.7%, 54% and 54% (1 thread)."""
 
 
 @dataclass(frozen=True)
@@ -421,9 +421,12 @@ class PaceNow:
                 "at the profile's pace)")
 
     def summary(self) -> str:
+        whole = self.weight == 1
         chain = ("" if self.chain_now_ms is None or self.per_op_ms is None else
                  f"; the chain probe {self.chain_now_ms:.2f} ms against "
-                 f"{self.chain_then_ms:.2f}, {self.per_op_ms * 1e3:+.1f} us per priced op")
+                 f"{self.chain_then_ms:.2f}: {self.added_per_op_ms * 1e3:+.1f} us added per "
+                 "priced op" + ("" if whole else
+                                f" ({self.weight:g} of {self.per_op_ms * 1e3:+.1f})"))
         busy = (f"; other work used {self.others_cores:.1f} cores while probing, so the pace "
                 "may be its, not the machine's" if self.contended else "")
         if self.slow_rounds:
@@ -433,12 +436,12 @@ class PaceNow:
             busy += (f"; {self.slow_rounds} of {self.rounds} rounds ran in a slow spell{spread} "
                      "and were left out: the machine flaps between speeds, and a prediction "
                      "scaled to one moment may not hold for the next")
-        weighed = ("" if self.weight == 1 else
-                   f" (scaled x{self.scale:.3f}: {self.weight:g} of the way, as a model timed "
-                   "moments later follows the probe only partway)")
+        applied = ("applied to its ops" if whole else
+                   f"its ops x{self.scale:.3f}, {self.weight:g} of the way in log, as a model "
+                   "timed moments later follows the probe only partway")
         return (f"scaled to this machine's pace now (--anchor pace): the pace probe ran "
-                f"{self.pace_now_ms:.2f} ms against {self.pace_then_ms:.2f} ms in the profile, "
-                f"x{self.factor:.3f}{weighed}{chain}{busy}")
+                f"{self.pace_now_ms:.2f} ms against {self.pace_then_ms:.2f} ms in the profile "
+                f"(x{self.factor:.3f}; {applied}){chain}{busy}")
 
 
 def probed_then(profile_timings: Sequence) -> bool:
@@ -494,14 +497,15 @@ def pace_now(predictor: Predictor, profile_timings: Sequence,
 
 
 def at_pace(pred: Prediction, now: PaceNow) -> Prediction:
-    """`pred` scaled to the pace `now` (`anchored_ms` by `PaceNow.scale`): p50, interval,
-    breakdown, top ops and unmodelled ops' estimates, the chain term as its own row
-    (`CHAIN_TERM`), the profile's p50 kept in its note. Its op sums (`sum_ops_ms`, `roofline_ms`, the traffic terms) and other
-    notes stay at the profile's pace. The interval is scaled, not widened by how far the pace
-    moved while probing (`PaceNow.pace_low_ms`): its repeat spread (`Correction.repeat_spread`)
-    holds how far the machine's timings moved during the profile, and scaled it held 83-94% of
-    the measurements in four runs where 80% is meant; widened as well, 92-94% in two
-    (benchmarks/RESULTS.md, 2026-12-06 afternoon). A prediction already scaled is a ValueError."""
+    """`pred` scaled to the pace `now` (`anchored_ms` by `PaceNow.scale`): p50, interval, breakdown,
+    top ops and unmodelled ops' estimates, the chain term as its own row (`CHAIN_TERM`), the
+    profile's p50 kept in its note. Its op sums (`sum_ops_ms`, `roofline_ms`, the traffic
+    terms) and other notes stay at the profile's pace. The interval is scaled, not widened by
+    how far the pace moved while probing (`PaceNow.pace_low_ms`): its repeat spread
+    (`Correction.repeat_spread`) holds how far the machine's timings moved during the profile,
+    and scaled it held 83-94% of the measurements in four runs where 80% is meant; widened as
+    well, 92-94% in two (benchmarks/RESULTS.md, 2026-12-06 afternoon). A prediction already
+    scaled is a ValueError."""
     if pred.anchor is not None:
         raise ValueError(f"{pred.spec}'s prediction is already scaled to a pace")
     k = now.scale

@@ -100,7 +100,8 @@ def _real_against_simulated(arrivals, sleep_s) -> list[str]:
     for q in (0.5, 0.9):
         s, r = sim.queue.quantile(q), real.queue.quantile(q)
         if s != pytest.approx(r, rel=0.3, abs=0.002):
-            misses.append(f"p{q * 100:.0f} queue: simulated {s * 1e3:.1f} ms, real {r * 1e3:.1f} ms")
+            misses.append(f"p{q * 100:.0f} queue: simulated {s * 1e3:.1f} ms, "
+                          f"real {r * 1e3:.1f} ms")
     if sim.mean_batch_size != pytest.approx(real.mean_batch_size, rel=0.2):
         misses.append(f"mean batch: simulated {sim.mean_batch_size:.2f}, "
                       f"real {real.mean_batch_size:.2f}")

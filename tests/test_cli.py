@@ -112,8 +112,8 @@ def test_predict_prices_subnormals_by_default_on_a_profiled_cpu(profiled, tmp_pa
 
 def test_predict_at_the_pace_now_scales_the_profiles_prediction(profiled, monkeypatch):
     """--anchor pace times the profile's probes here: the prediction is the profile's times the
-    pace factor (weighed, `PACE_WEIGHT`), plus the chain probe's term per priced op (weighed);
-    the breakdown still sums to it."""
+    pace factor (weighted, `PACE_WEIGHT`), plus the chain probe's term per priced op
+    (weighted); the breakdown still sums to it."""
     from predictor import evaluate
 
     monkeypatch.setattr(evaluate, "PACE_NOW_S", 0.2)  # the least rounds, not 2 s
@@ -126,11 +126,12 @@ def test_predict_at_the_pace_now_scales_the_profiles_prediction(profiled, monkey
     assert plain["anchor"] is None and a["kind"] == "pace"
     assert a["factor"] == pytest.approx(a["pace_now_ms"] / a["pace_then_ms"]) and a["factor"] > 0
     assert a["scale"] == pytest.approx(a["factor"] ** evaluate.PACE_WEIGHT)
-    chain_ms = (a["per_op_ms"] or 0) * evaluate.PACE_WEIGHT * p["n_timed_ops"]
+    assert a["added_per_op_ms"] == pytest.approx((a["per_op_ms"] or 0) * evaluate.PACE_WEIGHT)
+    chain_ms = (a["added_per_op_ms"] or 0) * p["n_timed_ops"]
     assert p["latency_ms"]["p50"] == pytest.approx(a["scale"] * plain["latency_ms"]["p50"]
                                                    + chain_ms)
     assert sum(p["per_family"].values()) == pytest.approx(p["latency_ms"]["p50"])
-    assert "as profiled: " in p["notes"][-1]
+    assert "as profiled: " in p["notes"][-1] and "of the way in log" in p["notes"][-1]
 
 
 def test_predict_at_the_pace_now_needs_this_machines_cpu_profile(profiled, tmp_path):

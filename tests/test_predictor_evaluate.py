@@ -588,14 +588,17 @@ def test_a_prediction_scaled_to_the_pace_now_keeps_its_parts_consistent():
     assert ("2 of 9 rounds ran in a slow spell (the probe ran 3.00-6.00 ms, 10th-90th "
             "percentile of every round)") in moved.notes[-1]
     assert moved.anchor["pace_low_ms"] == 3.0 and "the probe ran" not in p.notes[-1]
-    # weighed: the factor 2 three quarters of the way in log (2 ** 0.75), the chain term x 0.75
+    # weighted: the factor 2 three quarters of the way in log (2 ** 0.75), the chain term x 0.75
     part = at_pace(pred, replace(now, weight=0.75))
     k = 2 ** 0.75
     assert part.p50_ms == pytest.approx(k * 8 + k * 4 * 0.5 + 0.75 * 0.5)
     assert part.per_family[CHAIN_TERM] == pytest.approx(0.375)
     assert sum(part.per_family.values()) == pytest.approx(part.p50_ms)
     assert part.anchor["scale"] == pytest.approx(k) and part.anchor["factor"] == 2.0
-    assert "scaled x1.682: 0.75 of the way" in part.notes[-1] and "of the way" not in p.notes[-1]
+    assert "(x2.000; its ops x1.682, 0.75 of the way in log" in part.notes[-1]
+    assert "+75.0 us added per priced op (0.75 of +100.0)" in part.notes[-1]
+    assert "(x2.000; applied to its ops)" in p.notes[-1] and "of the way" not in p.notes[-1]
+    assert "+100.0 us added per priced op" in p.notes[-1]
 
 
 def test_pace_now_sets_the_probes_here_against_the_profiles(predictor, tmp_path, monkeypatch):
