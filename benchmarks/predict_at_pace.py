@@ -3,18 +3,18 @@
     python benchmarks/predict_at_pace.py DB DEVICE [ROUNDS] > LOG.tsv
 
 What a user does, case after case over the held-out zoo (batch 1 and 8, 224 and 160 px), ROUNDS
-times: time the pace probes here (`predictor.evaluate.pace_now`, as `predict --anchor pace`
-does), predict the model as profiled and at that pace (`at_pace`), then time it for real in a
-fresh process (`profilers.modelbench.time_forward_isolated`, median of its runs). One line per
-case: the two predictions, the measurement, and the probes now, in the child beside the model,
-and in the profile (a field left empty where unknown). A summary follows on stderr: MAPE and
-share within 10% for the profile's prediction, `--anchor pace`, the same with the whole factor
-(`PaceNow.weight` 1, not `PACE_WEIGHT`), the factor alone (whole, no chain term), and the factor
-the probe beside the model in its child would have given (what the moment of the prediction
-costs); then, for the interval as profiled, as `--anchor pace` gives it (`lo_ms`, `hi_ms`;
-meant to hold 80%) and with the whole factor, the share of measurements inside and its median
-width. `probe_p10_ms` and `probe_p90_ms` are the pace probe's spread over the rounds `pace_now`
-timed.
+times: time the pace probes here (`predictor.evaluate.pace_now`, as `predict --anchor pace` does),
+predict the model as profiled and at that pace (`at_pace`), then time it for real in a fresh
+process (`profilers.modelbench.time_forward_isolated`, median of its runs). One line per case: the
+two predictions, the measurement, and the probes now, in the child beside the model, and in the
+profile (a field left empty where unknown). A summary follows on stderr: MAPE and share within 10%
+for the profile's prediction, `--anchor pace`, the same with the whole factor (`PaceNow.weight` 1,
+not `PACE_WEIGHT`), the factor alone (whole, no chain term), and the factor the probe beside the
+model in its child would have given (what the moment of the prediction costs); then, for the
+interval as profiled, as `--anchor pace` gives it (`lo_ms`, `hi_ms`; meant to hold 80%) and with
+the whole factor, the share of measurements inside and its median width. `factor` and `per_op_us`
+are the probes' readings, `scale` what `--anchor pace` applied (`PaceNow.scale`); `probe_p10_ms`
+and `probe_p90_ms` are the pace probe's spread over the rounds `pace_now` timed.
 Models that compute subnormals (swin_t) are left out: their slow path is priced from a count
 each prediction would make afresh, which is not what this compares.
 """
@@ -50,7 +50,7 @@ def main() -> None:
     # whether the interval (meant to hold 80%) holds the measurement, and its width over p50
     covered: dict[str, list[tuple[bool, float]]] = {"profile": [], "pace": [],
                                                    "pace, whole factor": []}
-    print("round\tspec\tinputs\tprofile_ms\tpace_ms\tmeasured_ms\tfactor\tper_op_us"
+    print("round\tspec\tinputs\tprofile_ms\tpace_ms\tmeasured_ms\tfactor\tscale\tper_op_us"
           "\tprobe_now_ms\tprobe_child_ms\tprobe_then_ms\tlo_ms\thi_ms\tprobe_p10_ms"
           "\tprobe_p90_ms", flush=True)
     for r in range(rounds):
@@ -75,7 +75,7 @@ def main() -> None:
                 errors["factor of the child's probe"].append(
                     m.pace_s * 1e3 / now.pace_then_ms * plain.p50_ms / measured - 1)
             print(f"{r}\t{case.spec}\t{','.join(case.inputs)}\t{plain.p50_ms:.3f}"
-                  f"\t{paced.p50_ms:.3f}\t{measured:.3f}\t{now.factor:.4f}"
+                  f"\t{paced.p50_ms:.3f}\t{measured:.3f}\t{now.factor:.4f}\t{now.scale:.4f}"
                   f"\t{_ms(now.per_op_ms, 1e3, 2)}\t{now.pace_now_ms:.3f}"
                   f"\t{_ms(m.pace_s, 1e3, 3)}\t{now.pace_then_ms:.3f}"
                   f"\t{paced.interval_ms[0]:.3f}\t{paced.interval_ms[1]:.3f}"
