@@ -374,8 +374,9 @@ earlier builds that probed for 0.2-0.5 s) the log of the measured over the profi
 rose 0.07-0.50x as steeply as the log of the probe's factor, 0.32-1.04x as the probe timed beside
 the model. Chosen on those eight runs (MAPE and within 10%, averaged): 0.75 13.6% and 50%, 0.6
 13.5% and 44%, 0.5 13.8% and 41%, the whole factor 15.8% and 46% (0.75 lower in each run), the
-profile's pace 17.8% and 35%. In the two runs after, 0.75 against the whole factor: 16.5% and 16.7%
-MAPE, 33% and 42% within 10% (2 threads); 12.0% and 12.7%, 54% and 54% (1 thread)."""
+profile's pace 17.8% and 35%. In the four runs after (two builds), 0.75 against the whole factor:
+16.5% and 16.7% MAPE, 12.0% and 12.7%, 16.5% and 18.9%, 16.7% and 21.4%; within 10%, 33% and 42%,
+54% and 54%, 38% and 35%, 46% and 40%. The profile's pace averaged 16.5% and 34% in those four."""
 
 
 @dataclass(frozen=True)
@@ -503,7 +504,7 @@ def at_pace(pred: Prediction, now: PaceNow) -> Prediction:
     terms) and other notes stay at the profile's pace. The interval is scaled, not widened by
     how far the pace moved while probing (`PaceNow.pace_low_ms`): its repeat spread
     (`Correction.repeat_spread`) holds how far the machine's timings moved during the profile,
-    and scaled it held 83-94% of the measurements in four runs where 80% is meant; widened as
+    and scaled it held 83-94% of the measurements in six runs where 80% is meant; widened as
     well, 92-94% in two (benchmarks/RESULTS.md, 2026-12-06 afternoon). A prediction already
     scaled is a ValueError."""
     if pred.anchor is not None:
