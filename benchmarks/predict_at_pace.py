@@ -27,7 +27,7 @@ from dataclasses import replace
 
 from kernels_db.store import KernelDB
 from predictor.e2e import Predictor
-from predictor.evaluate import at_pace, pace_now, zoo_cases
+from predictor.evaluate import at_pace, metrics, pace_now, zoo_cases
 from profilers.modelbench import time_forward_isolated
 
 
@@ -35,6 +35,16 @@ def _ms(value: float | None, scale: float, digits: int) -> str:
     """A TSV field: `value` x `scale`, or empty where unknown (no chain probe in the profile, no
     probe beside the child's timing), never 0."""
     return "" if value is None else f"{value * scale:.{digits}f}"
+
+
+def _summary(name: str, got: list[tuple[float, float]]) -> str:
+    """One line: MAPE and share within 10% (`predictor.evaluate.metrics`) and the median signed
+    error of the (measured, predicted) pairs `got`."""
+    measured, predicted = zip(*got, strict=True)
+    m = metrics(measured, predicted)
+    median = statistics.median(p / t - 1 for t, p in got)
+    return (f"{name}: MAPE {m['mape_pct']:.1f}%, within 10% {100 * m['within_10pct']:.0f}%, "
+            f"median error {100 * median:+.1f}% ({m['n']} timings)")
 
 
 def main() -> None:
@@ -45,8 +55,10 @@ def main() -> None:
         timings = db.model_measurements(device, kind="e2e")
     threads = predictor.device.threads
     cases = [c for c in zoo_cases(batches=(1, 8)) if "swin" not in c.spec]
-    errors: dict[str, list[float]] = {"profile": [], "pace": [], "pace, whole factor": [],
-                                      "factor only": [], "factor of the child's probe": []}
+    # (measured, predicted) ms per way of predicting
+    pairs: dict[str, list[tuple[float, float]]] = {
+        "profile": [], "pace": [], "pace, whole factor": [], "factor only": [],
+        "factor of the child's probe": []}
     # whether the interval (meant to hold 80%) holds the measurement, and its width over p50
     covered: dict[str, list[tuple[bool, float]]] = {"profile": [], "pace": [],
                                                    "pace, whole factor": []}
@@ -67,27 +79,22 @@ def main() -> None:
             for name, p in (("profile", plain), ("pace", paced), ("pace, whole factor", whole)):
                 lo, hi = p.interval_ms
                 covered[name].append((lo <= measured <= hi, (hi - lo) / p.p50_ms))
-            errors["profile"].append(plain.p50_ms / measured - 1)
-            errors["pace"].append(paced.p50_ms / measured - 1)
-            errors["pace, whole factor"].append(whole.p50_ms / measured - 1)
-            errors["factor only"].append(now.factor * plain.p50_ms / measured - 1)
+            pairs["profile"].append((measured, plain.p50_ms))
+            pairs["pace"].append((measured, paced.p50_ms))
+            pairs["pace, whole factor"].append((measured, whole.p50_ms))
+            pairs["factor only"].append((measured, now.factor * plain.p50_ms))
             if m.pace_s:
-                errors["factor of the child's probe"].append(
-                    m.pace_s * 1e3 / now.pace_then_ms * plain.p50_ms / measured - 1)
+                pairs["factor of the child's probe"].append(
+                    (measured, m.pace_s * 1e3 / now.pace_then_ms * plain.p50_ms))
             print(f"{r}\t{case.spec}\t{','.join(case.inputs)}\t{plain.p50_ms:.3f}"
                   f"\t{paced.p50_ms:.3f}\t{measured:.3f}\t{now.factor:.4f}\t{now.scale:.4f}"
                   f"\t{_ms(now.per_op_ms, 1e3, 2)}\t{now.pace_now_ms:.3f}"
                   f"\t{_ms(m.pace_s, 1e3, 3)}\t{now.pace_then_ms:.3f}"
                   f"\t{paced.interval_ms[0]:.3f}\t{paced.interval_ms[1]:.3f}"
                   f"\t{now.pace_low_ms:.3f}\t{now.pace_high_ms:.3f}", flush=True)
-    for name, errs in errors.items():
-        if not errs:
-            continue
-        absolute = [abs(e) for e in errs]
-        print(f"{name}: MAPE {100 * statistics.mean(absolute):.1f}%, within 10% "
-              f"{100 * sum(a <= 0.1 for a in absolute) / len(absolute):.0f}%, "
-              f"median error {100 * statistics.median(errs):+.1f}% ({len(errs)} timings)",
-              file=sys.stderr)
+    for name, got in pairs.items():
+        if got:
+            print(_summary(name, got), file=sys.stderr)
     for name, rows in covered.items():
         print(f"interval, {name}: {100 * sum(c for c, _ in rows) / len(rows):.0f}% of "
               f"measurements inside, median width {100 * statistics.median(w for _, w in rows):.0f}"
