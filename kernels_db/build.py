@@ -619,30 +619,35 @@ def _tf32_settings(device: str) -> dict | None:
 
 
 def retime_stream(db: KernelDB, device_id: str, device: str, threads: int | None,
-                  measure: Callable[[str, int | None], float | None] | None = None
+                  measure: Callable[[str, int | None], float | None] | None = None,
+                  measure_batched: Callable[[str, int | None], float | None] | None = None
                   ) -> float | None:
-    """Time a CPU's weight-streaming bandwidth once more (~1 s) and keep the fastest in its
-    peaks: the predictor floors weights beyond the LLC at it (`Predictor._memory_floor_s`), and
-    one timing in a slow spell of the machine (12.4 GB/s where 18-21 minutes later gave
-    18.1-18.4) would make that floor a worst case. Like an op config's timings, the fastest is
-    kept: interference only slows a timing down. A device profiled before the stream was
-    measured gets it here. The peaks (part of the state token) are written only when the stream
-    rises, so the op models are refitted only for a floor that moved. Returns the new timing
-    (None: no peaks, a GPU, or the timing failed; the profile goes on without it)."""
-    from profilers.fingerprint import measure_stream_gbps
+    """Time a CPU's weight-reading bandwidths once more (~3 s) and keep the fastest of each in
+    its peaks: the weight-streaming one (`fingerprint.measure_stream_gbps`) and the batched one
+    (`fingerprint.measure_batched_gbps`). The predictor floors weights at them
+    (`Predictor._memory_floor_s`, `Predictor._cold_rate`), and one timing in a slow spell of the
+    machine (a stream of 12.4 GB/s where 18-21 minutes later gave 18.1-18.4) would make that
+    floor a worst case. Like an op config's timings, the fastest is kept: interference only
+    slows a timing down. A device profiled before either was measured gets it here. The peaks
+    (part of the state token) are written only when one rises, so the op models are refitted
+    only for a floor that moved. Returns the stream's new timing (None: no peaks, a GPU, or
+    the timing failed; the profile goes on without it)."""
+    from profilers.fingerprint import measure_batched_gbps, measure_stream_gbps
 
     peaks = db.get_device(device_id).peaks
     if not peaks:
         return None
-    try:
-        now = (measure or measure_stream_gbps)(device, threads)
-    except (RuntimeError, MemoryError):  # e.g. no room for the 256 MiB weight: keep what is
-        return None
-    if now is None:
-        return None
-    if now > (peaks.get("stream_gbps") or 0):
-        db.set_peaks(device_id, {**peaks, "stream_gbps": now})
-    return now
+    timed = {}
+    for key, fn in (("stream_gbps", measure or measure_stream_gbps),
+                    ("batched_gbps", measure_batched or measure_batched_gbps)):
+        try:
+            timed[key] = fn(device, threads)
+        except (RuntimeError, MemoryError):  # e.g. no room for the 1 GiB buffer: keep what is
+            timed[key] = None
+    faster = {k: v for k, v in timed.items() if v is not None and v > (peaks.get(k) or 0)}
+    if faster:
+        db.set_peaks(device_id, {**peaks, **faster})
+    return timed["stream_gbps"]
 
 
 def measure_llc_once(db: KernelDB, device_id: str, device: str, threads: int | None,

@@ -394,6 +394,7 @@ def measure_peaks(
         matmuls = {d: _matmul_gflops(getattr(torch, d), dev, share_s) for d in supported}
         copy_gbps, copy = _copy_gbps(dev, budget_s * 0.125)
         stream_gbps, stream = _stream_gbps(dev, budget_s * 0.125)
+        batched_gbps = measure_batched_gbps(dev, None, budget_s * 0.25)
         llc_bytes = llc_from_sweep(_read_sweep(dev, budget_s * 0.125)) if kind == "cpu" else None
         # what a subnormal value costs this CPU (GPUs compute them at full speed): ~0.2 s more
         subnormal = measure_cost(None) if kind == "cpu" else None
@@ -405,6 +406,7 @@ def measure_peaks(
         "skipped_dtypes": [d for d in dtypes if d not in supported],
         "gbps": copy_gbps,
         "stream_gbps": stream_gbps,
+        "batched_gbps": batched_gbps,  # cold weights read by a linear at several rows (a CPU's)
         "llc_bytes": llc_bytes,  # the largest read still served faster than memory (a CPU's)
         "subnormal": subnormal,  # profilers.subnormals.measure_cost (a CPU's)
         # IQR/median of each measurement
@@ -412,6 +414,7 @@ def measure_peaks(
         "method": "median of timed square matmuls (2*n^3 flops); "
         "median of a tensor copy far beyond L3 (read + write bytes); "
         "median of a matrix-vector product with weights far beyond L3 (weight bytes); "
+        "median of a product at BATCHED_ROWS rows with its weights evicted (weight bytes); "
         "the largest buffer a sum still reads at LLC_SPEEDUP x the speed beyond L3",
         "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
@@ -537,6 +540,36 @@ def measure_llc_bytes(device: str = "cpu", threads: int | None = None,
         return None
     with thread_count(threads):
         return llc_from_sweep(_read_sweep("cpu", budget_s))
+
+
+BATCHED_ROWS = 8
+"""The rows of the batched product `measure_batched_gbps` times: where reading cold weights costs a
+linear the most. On the 2-vCPU Intel Xeon of 12-06 (1 thread, a 1 GiB write between timings)
+a linear's time with its weights evicted over its time with them cached was, at 1, 2, 4, 8, 16,
+32, 64, 128 and 256 rows: 1.21, 1.14, 1.87, 1.66, 1.28, 1.17, 1.09, 1.05, 1.01 (4096 x 1000
+weights) and 1.30, 1.31, 1.99, 1.77, 1.57, 1.39, 1.21, 1.09, 1.03 (768 x 3072); the cold weights
+read at 4.2-5.5 GB/s from 4 to 16 rows, against 13.7 for a matrix-vector product
+(benchmarks/RESULTS.md, 2026-12-06 evening)."""
+
+
+def measure_batched_gbps(device: str = "cpu", threads: int | None = None,
+                         budget_s: float = 1.5) -> float | None:
+    """Weight bytes per second of a linear layer at `BATCHED_ROWS` rows whose 16 MiB of weights
+    were evicted from every cache level before each timing (a write far beyond the LLC): how fast
+    a batched linear inside a model reads weights the rest of the forward pass evicted. The
+    blocked product reads them in panels, slower than a matrix-vector product streams them
+    (`_stream_gbps`). None on a GPU, whose predictor does not read it."""
+    kind, _ = parse_device(device)
+    if kind != "cpu":
+        return None
+    with thread_count(threads):
+        k, n = 4096, 1024
+        weight = torch.ones(n, k, dtype=torch.float32)
+        x = torch.ones(BATCHED_ROWS, k, dtype=torch.float32)
+        evict = torch.zeros(_beyond_llc_bytes("cpu") // 4, dtype=torch.float32)
+        m = measure(lambda: torch.nn.functional.linear(x, weight), flush=lambda: evict.add_(1.0),
+                    warmup=1, min_reps=5, max_reps=15, max_time_s=budget_s)
+        return weight.numel() * 4 / m.median_s / 1e9
 
 
 def _stream_gbps(dev: str, share_s: float) -> tuple[float, Measurement]:

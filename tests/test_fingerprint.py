@@ -11,15 +11,18 @@ import torch
 
 from profilers.errors import DeviceError
 from profilers.fingerprint import (
+    BATCHED_ROWS,
     DeviceFingerprint,
     _parse_size,
     _slug,
     cpu_caches,
     fingerprint,
     llc_from_sweep,
+    measure_batched_gbps,
     measure_peaks,
     measure_stream_gbps,
 )
+from profilers.timer import measure, thread_count
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +112,18 @@ def test_the_stream_is_timed_again_on_a_cpu_only():
     assert measure_stream_gbps("cuda") is None  # a GPU's floor does not read it
 
 
+def test_a_batched_product_reads_evicted_weights_slower_than_cached_ones():
+    """What `Predictor._cold_rate` floors a batched linear at: its weights read after a write
+    far beyond the LLC evicted them, slower than the same product with them cached (16 MiB)."""
+    cold = measure_batched_gbps("cpu", threads=1, budget_s=0.3)
+    weight = torch.ones(1024, 4096)
+    x = torch.ones(BATCHED_ROWS, 4096)
+    with thread_count(1):
+        warm = measure(lambda: torch.nn.functional.linear(x, weight), min_reps=9, max_reps=15)
+    assert 0 < cold < weight.numel() * 4 / warm.median_s / 1e9
+    assert measure_batched_gbps("cuda") is None  # a GPU's predictor does not read it
+
+
 def test_the_llc_is_the_largest_read_still_clearly_faster_than_memory():
     mib = 1 << 20
     xeon = [(1 * mib, 97.0), (2 * mib, 55.0), (4 * mib, 28.7), (16 * mib, 28.1),
@@ -125,7 +140,7 @@ def test_peaks_with_a_tiny_budget_are_positive():
     assert peaks["gflops"]["float32"] > 0
     assert set(peaks["gflops"]) | set(peaks["skipped_dtypes"]) == {"float32", "bfloat16"}
     assert all(v > 0 for v in peaks["gflops"].values())
-    assert peaks["gbps"] > 0 and peaks["stream_gbps"] > 0
+    assert peaks["gbps"] > 0 and peaks["stream_gbps"] > 0 and peaks["batched_gbps"] > 0
     assert peaks["llc_bytes"] is None or (1 << 20) <= peaks["llc_bytes"] < (1 << 30)
     assert set(peaks["noise"]) == set(peaks["gflops"]) | {"copy", "stream"}
     assert peaks["measured_at"].endswith("+00:00") and peaks["method"]
