@@ -52,6 +52,8 @@ The variants (`VARIANTS`; one entry each):
 - no cold-weight floor: the predictor before every op was floored at its cold weights' stream
   time (`Predictor._cold_weights_s`, correction version 17): those ops' weights back in the
   weight re-read term;
+- cold floors scaled by a: the floored ops' prices in the op sum, times `a` like the others
+  (the predictor before correction version 18 took them so);
 - second stage, ridge / gradient-boosted: the five-term correction, then a model of its
   leave-one-family-out log residual from model-level features (each op family's share of the
   op sum, log op sum, time per op, traffic, weight and large-op time over the op sum, log batch),
@@ -86,7 +88,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernels_db.store import KernelDB
-from predictor.correction import MIN_SHARE_OF_SUM, SIGNED_TERMS, Correction, solve_columns
+from predictor.correction import (
+    FLOORED_REST,
+    MIN_SHARE_OF_SUM,
+    SIGNED_TERMS,
+    Correction,
+    solve_columns,
+)
 from predictor.e2e import Predictor
 from predictor.evaluate import metrics
 from profilers import ops
@@ -117,6 +125,7 @@ class Setting:
     small_sum_s: float = 0.0  # the summed estimates of the ops within the timing's cache flush
     n_small: int = 0  # ... and their number
     pass_beyond: float = 0.0  # share of a pass's weights and written activations beyond the LLC
+    floored_s: float = 0.0  # the ops priced at their cold weights, taken as priced (not fitted)
 
 
 def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> Setting:
@@ -152,12 +161,13 @@ def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> 
         share = min(r.weight_bytes / nbytes, 1.0)
         by_share += r.weight_bytes * share / predictor._bytes_per_s
         bound += r.weight_bytes / predictor._bytes_per_s if share >= 0.5 else 0.0
-    terms = np.array([p.sum_ops_ms / 1e3, p.n_timed_ops, p.traffic_ms / 1e3, p.weights_ms / 1e3,
-                      p.large_traffic_ms / 1e3])
+    # column 0 leaves out the floored ops: the predictor takes them as priced (the `given` part)
+    terms = np.array([(p.sum_ops_ms - p.floored_ms) / 1e3, p.n_timed_ops, p.traffic_ms / 1e3,
+                      p.weights_ms / 1e3, p.large_traffic_ms / 1e3])
     return Setting(family, measured_s, terms, op_s, conv_weights_s, footprint, int(batch),
                    by_share, bound, small_input / predictor._bytes_per_s,
                    len({r.key for r, _ in timed}), cold_extra, cold_weights, sum(small),
-                   len(small), pass_beyond)
+                   len(small), pass_beyond, p.floored_ms / 1e3)
 
 
 # ------------------------------------------------------------------------------ variants
@@ -220,10 +230,17 @@ def _per_op_split(s: Setting) -> np.ndarray:
 
 
 def _no_cold_floor(s: Setting) -> np.ndarray:
+    """The floored ops back at their estimates, in the op sum, their weights in the re-read term
+    (fitted with nothing given)."""
     t = s.terms.copy()
-    t[0] -= s.cold_extra_s
+    t[0] += s.floored_s - s.cold_extra_s
     t[3] += s.cold_weights_s
     return t
+
+
+def _floors_scaled(s: Setting) -> np.ndarray:
+    """The floored ops in the op sum, times `a` like the rest (fitted with nothing given)."""
+    return s.terms + np.eye(5)[0] * s.floored_s
 
 
 def _features(s: Setting) -> np.ndarray:
@@ -233,22 +250,32 @@ def _features(s: Setting) -> np.ndarray:
                      *(s.terms[2:] / total), math.log(s.batch)])
 
 
+def _floored(s: Setting) -> float:
+    return s.floored_s
+
+
+def _nothing(s: Setting) -> float:
+    return 0.0
+
+
 def _solve(columns: Callable[[Setting], np.ndarray], train: list[Setting],
-           given: Callable[[Setting], float] = lambda s: 0.0,
+           given: Callable[[Setting], float] = _floored,
            signed: tuple[int, ...] = SIGNED_TERMS) -> np.ndarray:
     """The coefficients of `columns` fitted to each measured time less the part `given` (not
-    fitted) says; those in `signed` (by default the per-op term, column 1, as the predictor fits
-    it) may come out negative."""
+    fitted; by default the floored ops, as the predictor takes them) says; those in `signed` (by
+    default the per-op term, column 1, as the predictor fits it) may come out negative."""
     x = np.array([columns(s) for s in train])
-    return solve_columns(x, np.array([s.measured_s - given(s) for s in train]), signed=signed)
+    rest = [max(s.measured_s - given(s), FLOORED_REST * s.measured_s) for s in train]
+    return solve_columns(x, np.array(rest), signed=signed)
 
 
 def _fit_linear(columns: Callable[[Setting], np.ndarray], train: list[Setting],
-                given: Callable[[Setting], float] = lambda s: 0.0,
+                given: Callable[[Setting], float] = _floored,
                 signed: tuple[int, ...] = SIGNED_TERMS) -> Callable[[Setting], float]:
     """`_solve`'s fit as a predictor (with `Correction.apply`'s floor under the op sum)."""
     coef = _solve(columns, train, given, signed)
-    return lambda s: max(float(columns(s) @ coef + given(s)), MIN_SHARE_OF_SUM * coef[0] * s.terms[0])
+    return lambda s: max(float(columns(s) @ coef + given(s)),
+                         MIN_SHARE_OF_SUM * coef[0] * columns(s)[0] + given(s))
 
 
 def _lofo(fit: Callable[[list[Setting]], Callable[[Setting], float]],
@@ -313,7 +340,7 @@ def _overhead_fixed(us: float) -> Callable[[list[Setting]], Callable[[Setting], 
     traded against the traffic and weight terms (collinear on ~50 settings). The other terms are
     fitted to what is left of each measured time, with the solver's error relative to that."""
     return lambda t: _fit_linear(lambda s: np.delete(s.terms, 1), t,
-                                 given=lambda s: us * 1e-6 * s.terms[1], signed=())
+                                 given=lambda s: s.floored_s + us * 1e-6 * s.terms[1], signed=())
 
 
 def _overhead_within(lo_us: float, hi_us: float
@@ -334,7 +361,7 @@ def _weights_fixed(c: float) -> Callable[[list[Setting]], Callable[[Setting], fl
     """The weight re-read coefficient given, not fitted (it came out 0-1.9 over eleven profiles
     of one VM); the other four terms fitted on what is left."""
     return lambda t: _fit_linear(lambda s: np.delete(s.terms, 3), t,
-                                 given=lambda s: c * s.terms[3])
+                                 given=lambda s: s.floored_s + c * s.terms[3])
 
 
 VARIANTS: dict[str, Callable[[list[Setting]], Callable[[Setting], float]]] = {
@@ -353,7 +380,8 @@ VARIANTS: dict[str, Callable[[list[Setting]], Callable[[Setting], float]]] = {
         lambda t: _fit_linear(lambda s: np.delete(_small_input_apart(s), 1), t, signed=(4,)),
     "distinct configs, signed": lambda t: _fit_linear(
         lambda s: np.append(s.terms, s.n_distinct), t, signed=(1, 5)),
-    "no cold-weight floor": lambda t: _fit_linear(_no_cold_floor, t),
+    "no cold-weight floor": lambda t: _fit_linear(_no_cold_floor, t, given=_nothing),
+    "cold floors scaled by a": lambda t: _fit_linear(_floors_scaled, t, given=_nothing),
     "small ops' sum apart": lambda t: _fit_linear(_small_sum_apart, t),
     "op sum beyond the LLC apart": lambda t: _fit_linear(
         lambda s: np.append(s.terms, s.terms[0] * s.pass_beyond), t),

@@ -41,11 +41,12 @@ SUBNORMAL_TERM = "subnormal_slow_path"  # the per_family entry of `Prediction.su
 # the per_family entry of the chain probe's term in a prediction scaled to the pace now
 # (`predictor.evaluate.at_pace`): what the small ops between and around kernels cost beyond it
 CHAIN_TERM = "small_op_pace"
-CORRECTION_VERSION = 17  # bump when ModelRow or the correction formula changes (11: the
+CORRECTION_VERSION = 18  # bump when ModelRow or the correction formula changes (11: the
 # large-op traffic leaves out the weights of ops over the LLC; 12: contended timings left out;
 # 13: so does the memory traffic; 14: weights over the LLC floored at the stream bandwidth;
 # 15: the per-op term may be negative; 16: the LLC as the profile measured it; 17: every op
-# floored at its cold weights' stream time, Predictor._cold_weights_s)
+# floored at its cold weights' stream time, Predictor._cold_weights_s; 18: linears at several
+# rows at the batched rate, Predictor._cold_rate, and floored ops not times `a`)
 ProgressFn = Callable[[str], None]
 
 
@@ -77,6 +78,8 @@ class Prediction:
     correction: dict
     sum_ops_ms: float
     roofline_ms: float
+    # the part of sum_ops_ms priced at reading cold weights (_cold_weights_s), taken as it is
+    floored_ms: float = 0.0
     traffic_ms: float = 0.0  # bytes moved by the timed ops at the copy bandwidth (_traffic_s)
     weights_ms: float = 0.0  # weight bytes re-read from DRAM each pass, at the copy bandwidth
     large_traffic_ms: float = 0.0  # traffic of ops over timer.flush_bytes (Predictor._traffic_s)
@@ -95,6 +98,12 @@ class Prediction:
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
+
+
+def _rows(record: OpRecord) -> int:
+    """The rows of a product: its output's elements over its last dimension (1: no output)."""
+    out = record.outputs[0].shape if record.outputs else ()
+    return math.prod(out[:-1]) if out else 1
 
 
 def _shapes(record: OpRecord) -> str:
@@ -120,6 +129,10 @@ class Predictor:
         # was measured: the copy's bandwidth; `build.retime_stream` keeps a CPU's steady)
         stream_gbps = (models.peaks or {}).get("stream_gbps") if device.kind == "cpu" else None
         self._stream_bytes_per_s = (stream_gbps or 0) * 1e9 or self._bytes_per_s
+        # cold weights read by a linear at several rows (`fingerprint.measure_batched_gbps`; a
+        # CPU profiled before it was measured: 0, such linears floored at the stream like one row)
+        batched_gbps = (models.peaks or {}).get("batched_gbps") if device.kind == "cpu" else None
+        self._batched_bytes_per_s = (batched_gbps or 0) * 1e9
         caches = (device.fingerprint or {}).get("caches", {})
         # the LLC as measured by the profile's read sweep (`fingerprint.LLC_SPEEDUP`), else as
         # lscpu says; the assumed 32 MiB only applies to a fingerprint without cache sizes
@@ -198,7 +211,7 @@ class Predictor:
                                  median_s, p.sum_ops_ms / 1e3, p.n_timed_ops, p.flops,
                                  p.roofline_ms / 1e3, p.measured_share, p.traffic_ms / 1e3,
                                  p.weights_ms / 1e3, m.settings.get("dtype", "float32"),
-                                 p.large_traffic_ms / 1e3))
+                                 p.large_traffic_ms / 1e3, p.floored_ms / 1e3))
         return rows
 
     def _load_or_fit_correction(self, db: KernelDB, progress: ProgressFn | None) -> Correction:
@@ -337,7 +350,7 @@ class Predictor:
                          else f"{len(cold)} ops ({first} and others)")
             notes.append(
                 f"{ops_named} priced at reading {'its' if len(cold) == 1 else 'their'} weights "
-                f"from memory at the measured {self._stream_bytes_per_s / 1e9:.1f} GB/s: "
+                f"from memory at the measured {self._rates(cold)}: "
                 f"{cold_total * 1e3:.2f} ms, {cold_total / sum_s:.0%} of the op time; inside a "
                 "model the weights are evicted between forward passes, and reading them bounds "
                 "these ops")
@@ -407,13 +420,19 @@ class Predictor:
         weights = 0.0 if family == "data" else min(float(record.weight_bytes), nbytes)
         return weights / self._stream_bytes_per_s + (nbytes - weights) / self._bytes_per_s
 
+    def _rates(self, cold: Sequence[tuple[OpRecord, float]]) -> str:
+        """The read rates of ops floored at their cold weights (each op's weight bytes over its
+        floored time), e.g. "4.9 GB/s (linears at several rows) and 13.7 GB/s"."""
+        rates = sorted({round(r.weight_bytes / c / 1e9, 1) for r, c in cold})
+        batched = round(self._batched_bytes_per_s / 1e9, 1)
+        return " and ".join(f"{g:.1f} GB/s" + (" (linears at several rows)" if g == batched else "")
+                            for g in rates)
+
     def _cold_weights_s(self, record: OpRecord, estimate: OpEstimate, nbytes: float) -> float:
-        """How long an op within the LLC takes inside a model when reading its weights bounds
-        it: the weights at the weight-streaming bandwidth, if that is longer than its estimate,
-        else 0. Timed alone, its weights were in the LLC; inside a model the ops between two
-        forward passes have evicted them, and a weight read from DRAM cannot run faster than
-        the stream (`fingerprint.measure_peaks`). Ops beyond the LLC are floored already
-        (`_memory_floor_s`); gathers (the data family) read a few rows, not their table.
+        """How long an op takes inside a model when reading its weights bounds it: the weights
+        at the rate `_cold_rate` gives, if that is longer than its estimate, else 0. Timed alone,
+        its weights were in the cache; inside a model the ops between two forward passes have
+        evicted them, and a weight read from DRAM cannot run faster than that rate.
 
         alexnet at batch 1, 2 threads, on the Xeon: fc7's 67 MB took 2.10 ms inside the model
         and 1.26 ms alone, and 67 MB at its 31.6 GB/s stream is 2.12 ms; fc8's 16 MB 0.52 ms
@@ -421,18 +440,35 @@ class Predictor:
         (0.83x their bytes at the copy's 26.9 GB/s), the two came out 1.7 ms over their in-model
         time and alexnet at batch 1 +19% and +9% (benchmarks/RESULTS.md, 2026-12-05 night).
         Their bytes stay in the traffic terms: taken out of those too, alexnet at batch 1 came out
-        -10% and -5% (re-predicted, the same measurements)."""
-        if estimate.family == "data" or not record.weight_bytes or nbytes > self._llc_bytes:
+        -10% and -5% (re-predicted, the same measurements). At batch 8, 1 thread (12-06): fc7
+        15.75 ms inside the model, 8.09 alone, 13.7 at the batched rate (4.9 GB/s); fc8 3.20,
+        1.96 and 3.35."""
+        rate = self._cold_rate(record, estimate.family, nbytes)
+        if not rate:
             return 0.0
-        cold = record.weight_bytes / self._stream_bytes_per_s
+        cold = record.weight_bytes / rate
         return cold if cold > estimate.p50_s else 0.0
+
+    def _cold_rate(self, record: OpRecord, family: str, nbytes: float) -> float:
+        """Bytes per second at which an op inside a model reads weights the forward pass
+        evicted (0: not floored). A linear (the matmul family) at two rows or more reads them at
+        the batched rate (`fingerprint.measure_batched_gbps`), wherever they fit alone: a blocked
+        product reads cold weights 1.6-2x slower than a matrix-vector product
+        (`fingerprint.BATCHED_ROWS`). Other ops within the LLC read them at the stream
+        (`fingerprint.measure_peaks`); ops beyond it are floored there already
+        (`_memory_floor_s`); gathers (the data family) read a few rows, not their table."""
+        if family == "data" or not record.weight_bytes:
+            return 0.0
+        if family == "matmul" and self._batched_bytes_per_s and _rows(record) >= 2:
+            return self._batched_bytes_per_s
+        return self._stream_bytes_per_s if nbytes <= self._llc_bytes else 0.0
 
     def _weights_s(self, timed: list[tuple[OpRecord, OpEstimate]],
                    op_bytes: Sequence[float], cold_s: Sequence[float]) -> float:
         """Weight bytes a forward pass re-reads from DRAM, at the copy bandwidth: the parameters
         and buffers of timed ops that read them whole (not gathers such as embeddings) and
         whose time does not already stream them from DRAM (ops larger than the LLC, and those
-        floored at their cold weights' stream time). `op_bytes`: each timed op's
+        floored at their cold weights' read time). `op_bytes`: each timed op's
         `ops.bytes_of`; `cold_s`: each one's `_cold_weights_s`."""
         nbytes = sum(r.weight_bytes for (r, e), b, c in zip(timed, op_bytes, cold_s, strict=True)
                      if e.family != "data" and b <= self._llc_bytes and not c)
@@ -471,14 +507,16 @@ class Predictor:
         timed = [(r, replace(e, p50_s=c, lo_s=max(e.lo_s, c), hi_s=max(e.hi_s, c)) if c else e)
                  for (r, e), c in zip(timed, cold_s, strict=True)]
         sum_s = sum(e.p50_s for _, e in timed)
+        floored_s = sum(cold_s)  # in-model times already: not times `a` (ModelRow.floored_s)
+        scales = [1.0 if c else correction.a for c in cold_s]
         traffic_s = self._traffic_s(timed, op_bytes)
         weights_s = self._weights_s(timed, op_bytes, cold_s)
         large_s = self._traffic_s(timed, op_bytes, over=self._large_op_bytes)
-        total_s = correction.apply(sum_s, len(timed), traffic_s, weights_s, large_s)
+        total_s = correction.apply(sum_s, len(timed), traffic_s, weights_s, large_s, floored_s)
         lo_s, hi_s = self._interval(total_s, sum_s, [e for _, e in timed], correction)
         per_family: dict[str, float] = defaultdict(float)
-        for _, e in timed:
-            per_family[e.family] += correction.a * e.p50_s * 1e3
+        for (_, e), k in zip(timed, scales, strict=True):
+            per_family[e.family] += k * e.p50_s * 1e3
         if correction.overhead_s:
             per_family["op_overhead"] = correction.overhead_s * len(timed) * 1e3
         if correction.c_traffic:
@@ -493,15 +531,15 @@ class Predictor:
             interval_ms=[lo_s * 1e3, hi_s * 1e3], n_ops=len(records), n_timed_ops=len(timed),
             flops=float(sum(_flops(r) for r, _ in timed)),
             per_family=dict(sorted(per_family.items(), key=lambda kv: -kv[1])),
-            top_ops=_top_ops(timed, correction.a), unmodelled=_unmodelled(timed, correction.a,
-                                                                           total_s),
+            top_ops=_top_ops(timed, scales), unmodelled=_unmodelled(timed, scales, total_s),
             measured_share=measured / sum_s if sum_s > 0 else 0.0,
             correction={"a": correction.a, "overhead_us": correction.overhead_s * 1e6,
                         "c_traffic": correction.c_traffic, "c_weights": correction.c_weights,
                         "c_large_traffic": correction.c_large_traffic,
                         "n_models": correction.n_models,
                         "note": correction.note},
-            sum_ops_ms=sum_s * 1e3, traffic_ms=traffic_s * 1e3, weights_ms=weights_s * 1e3,
+            sum_ops_ms=sum_s * 1e3, floored_ms=floored_s * 1e3, traffic_ms=traffic_s * 1e3,
+            weights_ms=weights_s * 1e3,
             large_traffic_ms=large_s * 1e3,
             notes=self._notes(timed, cold_s, values_counted),
             roofline_ms=sum(roofline_s(r, self.models.peaks) for r, _ in timed) * 1e3)
@@ -657,21 +695,25 @@ def _flops(record: OpRecord) -> float:
     return ops.flops_of(record)
 
 
-def _top_ops(timed: list[tuple[OpRecord, OpEstimate]], a: float, n: int = 10) -> list[dict]:
-    ranked = sorted(timed, key=lambda re: -re[1].p50_s)[:n]
+def _top_ops(timed: list[tuple[OpRecord, OpEstimate]], scales: Sequence[float],
+             n: int = 10) -> list[dict]:
+    """The `n` costliest ops, each at its estimate times its scale in the total (`a`, or 1 for
+    an op priced at its cold weights)."""
+    ranked = sorted(zip(timed, scales, strict=True), key=lambda ek: -ek[0][1].p50_s * ek[1])[:n]
     return [{"op": r.op, "module": r.module, "shapes": _shapes(r), "family": e.family,
-             "ms": a * e.p50_s * 1e3, "source": e.source} for r, e in ranked]
+             "ms": k * e.p50_s * 1e3, "source": e.source} for (r, e), k in ranked]
 
 
-def _unmodelled(timed: list[tuple[OpRecord, OpEstimate]], a: float, total_s: float) -> list[dict]:
+def _unmodelled(timed: list[tuple[OpRecord, OpEstimate]], scales: Sequence[float],
+                total_s: float) -> list[dict]:
     groups: dict[str, dict] = {}
-    for r, e in timed:
+    for (r, e), k in zip(timed, scales, strict=True):
         if e.source != "fallback":
             continue
         g = groups.setdefault(r.op, {"op": r.op, "family": e.family, "count": 0,
                                      "estimated_ms": 0.0, "reason": e.reason})
         g["count"] += 1
-        g["estimated_ms"] += a * e.p50_s * 1e3
+        g["estimated_ms"] += k * e.p50_s * 1e3
     for g in groups.values():
         g["share"] = g["estimated_ms"] / (total_s * 1e3) if total_s > 0 else 0.0
         g["estimate"] = "roofline x device median measured/roofline ratio"

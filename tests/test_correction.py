@@ -81,6 +81,25 @@ def test_a_term_that_would_be_negative_is_dropped_not_kept():
     assert fit.c_traffic == 0.0 and fit.a > 0
 
 
+def test_ops_priced_at_their_cold_weights_are_taken_as_priced_not_scaled():
+    """A floored op's price is its time inside a model (`ModelRow.floored_s`): the fit scales
+    only the rest of the op sum, recovers `a` exactly where half of it would be wrong, and a
+    prediction adds the floored part as it is."""
+    floored = [0.0, 0.008, 0.0, 0.02, 0.0, 0.0005, 0.0, 0.002]
+    out = [ModelRow(f"m{i}", f"fam{i % 4}", (), 0.7 * s + 3e-6 * n + 0.4 * t + f, s + f, n, 1e9,
+                    s / 3, 1.0, traffic_s=t, floored_s=f)
+           for i, ((s, n, t), f) in enumerate(zip(SHAPES, floored, strict=True))]
+    fit = fit_correction(out)
+    assert fit.coefficients == pytest.approx((0.7, 3e-6, 0.4, 0.0, 0.0), rel=1e-4, abs=1e-12)
+    assert all(fit.of(r) == pytest.approx(r.measured_s) for r in out)
+    assert "0.700 x sum of ops (but the ops priced at reading cold weights, as priced)" in fit.note
+    assert fit.apply(0.03, 100, 0.002, floored_s=0.01) == pytest.approx(
+        0.7 * 0.02 + 0.01 + 3e-4 + 0.4 * 0.002)
+    # the floor under a negative per-op term leaves the floored part whole too
+    assert Correction(a=1.0, overhead_s=-6e-6).apply(0.012, 5000, floored_s=0.002) == \
+        pytest.approx(0.5 * 0.010 + 0.002)
+
+
 def test_recovers_a_negative_per_op_term_and_says_what_it_is():
     """Ops timed alone after a cache flush start colder than inside a model: the per-op term is
     the one term that may come out negative (the Xeon of 12-05: -6 us per op at 1 thread)."""

@@ -238,6 +238,48 @@ def test_an_op_bound_by_its_cold_weights_is_floored_at_their_stream_time(tmp_pat
     assert p.weights_ms == pytest.approx((fc.weight_bytes + small.weight_bytes) / 10e9 * 1e3)
 
 
+def test_a_batched_linear_is_floored_at_the_batched_rate_wherever_its_weights_fit(
+        tmp_path, training_records):
+    """A linear at several rows reads evicted weights slower than a matrix-vector product
+    streams them (`fingerprint.measure_batched_gbps`): alexnet's fc7 at batch 8 took 15.75 ms
+    inside the model and 8.09 alone on the Xeon. It is floored at the batched rate, also where
+    its bytes exceed the measured LLC (the cache may still have held them alone); one row, or
+    a profile from before the rate was measured, keeps the stream's floor."""
+    def linear(batch: int, module: str) -> OpRecord:
+        x, y = (TensorSpec((batch, 2048), (2048, 1), "float32") for _ in range(2))
+        w = TensorSpec((2048, 2048), (2048, 1), "float32")  # 16.8 MB
+        return OpRecord("aten.linear.default", (x, w), {}, (y,), module, weight_bytes=w.nbytes)
+
+    fc1, fc8 = linear(1, "fc1"), linear(8, "fc8")
+    stream = {**PEAKS, "stream_gbps": 2.5}
+    got = {}
+    for name, peaks in (("batched", {**stream, "batched_gbps": 1.0}), ("stream only", stream),
+                        ("batched, small llc", {**stream, "batched_gbps": 1.0,
+                                                "llc_bytes": 8 << 20})):
+        with KernelDB.open(tmp_path / f"{name}.db") as db:
+            db.upsert_device({"t": 1}, device_id="dev1", kind="cpu", threads=1, name="box",
+                             peaks=peaks)
+            add_measured(db, training_records)
+            pred = Predictor.for_device(db, "box", cache_dir=tmp_path / name)
+        pred.correction = Correction(a=1.0)
+        got[name] = pred.predict_ops([fc1, fc8])
+    w = fc8.weight_bytes
+    assert got["batched"].sum_ops_ms == pytest.approx((w / 2.5e9 + w / 1.0e9) * 1e3)
+    assert any("at the measured 1.0 GB/s (linears at several rows) and 2.5 GB/s: " in n
+               for n in got["batched"].notes)
+    assert got["stream only"].sum_ops_ms == pytest.approx(2 * w / 2.5e9 * 1e3)
+    # beyond the swept LLC the one-row linear keeps its memory floor, the batched one is raised
+    assert got["batched, small llc"].top_ops[0]["ms"] == pytest.approx(w / 1.0e9 * 1e3)
+    # a floored op is an in-model time: `a` scales the others only, in total and breakdown
+    pred.correction = Correction(a=0.5)
+    p = pred.predict_ops([fc1, fc8])
+    fc1_ms = pred.estimate(fc1).p50_s * 1e3
+    assert p.floored_ms == pytest.approx(w / 1.0e9 * 1e3)
+    assert p.p50_ms == pytest.approx(p.floored_ms + 0.5 * fc1_ms)
+    assert [o["ms"] for o in p.top_ops] == pytest.approx([p.floored_ms, 0.5 * fc1_ms])
+    assert p.per_family["matmul"] == pytest.approx(p.p50_ms)
+
+
 def test_a_config_measured_at_two_batch_sizes_is_interpolated_between_them(tmp_path,
                                                                             training_records):
     def conv_at(batch):
