@@ -25,7 +25,8 @@ SHAPES = ((768, 3072), (4096, 1000), (4096, 4096))  # (in, out): bert's MLP, a c
 ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
-def ratios(k: int, n: int, rows: tuple[int, ...], evict: torch.Tensor) -> list[tuple[int, float, float]]:
+def ratios(k: int, n: int, rows: tuple[int, ...], evict: torch.Tensor
+           ) -> list[tuple[int, float, float]]:
     """(M, cold / cached, cached seconds) per row count."""
     lin = torch.nn.Linear(k, n).eval()
     out = []

@@ -89,7 +89,6 @@ import numpy as np
 
 from kernels_db.store import KernelDB
 from predictor.correction import (
-    FLOORED_REST,
     MIN_SHARE_OF_SUM,
     SIGNED_TERMS,
     Correction,
@@ -261,12 +260,13 @@ def _nothing(s: Setting) -> float:
 def _solve(columns: Callable[[Setting], np.ndarray], train: list[Setting],
            given: Callable[[Setting], float] = _floored,
            signed: tuple[int, ...] = SIGNED_TERMS) -> np.ndarray:
-    """The coefficients of `columns` fitted to each measured time less the part `given` (not
-    fitted; by default the floored ops, as the predictor takes them) says; those in `signed` (by
-    default the per-op term, column 1, as the predictor fits it) may come out negative."""
+    """The coefficients of `columns` fitted to each measured time beside the part `given` (not
+    fitted; by default the floored ops, as the predictor takes them), the error relative to the
+    measured time; those in `signed` (by default the per-op term, column 1, as the predictor
+    fits it) may come out negative."""
     x = np.array([columns(s) for s in train])
-    rest = [max(s.measured_s - given(s), FLOORED_REST * s.measured_s) for s in train]
-    return solve_columns(x, np.array(rest), signed=signed)
+    return solve_columns(x, np.array([s.measured_s for s in train]), signed=signed,
+                         given=np.array([given(s) for s in train]))
 
 
 def _fit_linear(columns: Callable[[Setting], np.ndarray], train: list[Setting],
@@ -338,7 +338,7 @@ def _bagged(n: int = 40) -> Callable[[list[Setting]], Callable[[Setting], float]
 def _overhead_fixed(us: float) -> Callable[[list[Setting]], Callable[[Setting], float]]:
     """The per-op overhead given, not fitted: it came out 0-15 us over eleven profiles of one VM,
     traded against the traffic and weight terms (collinear on ~50 settings). The other terms are
-    fitted to what is left of each measured time, with the solver's error relative to that."""
+    fitted to what is left of each measured time (the solver's error relative to the whole)."""
     return lambda t: _fit_linear(lambda s: np.delete(s.terms, 1), t,
                                  given=lambda s: s.floored_s + us * 1e-6 * s.terms[1], signed=())
 

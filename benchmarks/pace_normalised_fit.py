@@ -65,7 +65,7 @@ def main(db_path: str, eval_path: str) -> None:
                                 device_type="cpu", dtype=m["dtype"])
         p = predictor._assemble(captured.ops, spec=m["spec"], correction=Correction())
         terms = (p.sum_ops_ms / 1e3, p.n_timed_ops, p.traffic_ms / 1e3, p.weights_ms / 1e3,
-                 p.large_traffic_ms / 1e3)
+                 p.large_traffic_ms / 1e3, p.floored_ms / 1e3)  # the last: apply's floored_s
         held.append((terms, m["measured_ms"]))
         reproduced.append(unscaled.apply(*terms) * 1e3 / m["predicted_ms"])
     print(f"{eval_path}: {len(rows)} end-to-end settings, {len(held)} evaluated; refit "

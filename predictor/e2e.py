@@ -41,12 +41,13 @@ SUBNORMAL_TERM = "subnormal_slow_path"  # the per_family entry of `Prediction.su
 # the per_family entry of the chain probe's term in a prediction scaled to the pace now
 # (`predictor.evaluate.at_pace`): what the small ops between and around kernels cost beyond it
 CHAIN_TERM = "small_op_pace"
-CORRECTION_VERSION = 18  # bump when ModelRow or the correction formula changes (11: the
+CORRECTION_VERSION = 19  # bump when ModelRow or the correction formula changes (11: the
 # large-op traffic leaves out the weights of ops over the LLC; 12: contended timings left out;
 # 13: so does the memory traffic; 14: weights over the LLC floored at the stream bandwidth;
 # 15: the per-op term may be negative; 16: the LLC as the profile measured it; 17: every op
 # floored at its cold weights' stream time, Predictor._cold_weights_s; 18: linears at several
-# rows at the batched rate, Predictor._cold_rate, and floored ops not times `a`)
+# rows at the batched rate, Predictor._cold_rate, and floored ops not times `a`; 19: their
+# fit's error relative to the whole measured time, not to what is left of it)
 ProgressFn = Callable[[str], None]
 
 
@@ -341,10 +342,10 @@ class Predictor:
         op's `_cold_weights_s`."""
         notes = []
         sum_s = sum(e.p50_s for _, e in timed)
-        cold = [(r, c) for (r, _), c in zip(timed, cold_s, strict=True) if c]
-        cold_total = sum(c for _, c in cold)
+        cold = [(r, e, c) for (r, e), c in zip(timed, cold_s, strict=True) if c]
+        cold_total = sum(c for _, _, c in cold)
         if cold and cold_total >= self.COLD_NOTE_SHARE * sum_s:
-            top = max(cold, key=lambda rc: rc[1])[0]
+            top = max(cold, key=lambda rec: rec[2])[0]
             first = top.module or top.op
             ops_named = (f"1 op ({first})" if len(cold) == 1
                          else f"{len(cold)} ops ({first} and others)")
@@ -420,13 +421,17 @@ class Predictor:
         weights = 0.0 if family == "data" else min(float(record.weight_bytes), nbytes)
         return weights / self._stream_bytes_per_s + (nbytes - weights) / self._bytes_per_s
 
-    def _rates(self, cold: Sequence[tuple[OpRecord, float]]) -> str:
-        """The read rates of ops floored at their cold weights (each op's weight bytes over its
-        floored time), e.g. "4.9 GB/s (linears at several rows) and 13.7 GB/s"."""
-        rates = sorted({round(r.weight_bytes / c / 1e9, 1) for r, c in cold})
-        batched = round(self._batched_bytes_per_s / 1e9, 1)
-        return " and ".join(f"{g:.1f} GB/s" + (" (linears at several rows)" if g == batched else "")
-                            for g in rates)
+    def _rates(self, cold: Sequence[tuple[OpRecord, OpEstimate, float]]) -> str:
+        """The rates the floored ops were priced at (`_cold_rate`), e.g. "4.9 GB/s (linears at
+        several rows) and 13.7 GB/s"."""
+        batched = sorted({self._batched(r, e.family) for r, e, _ in cold}, reverse=True)
+        return " and ".join(
+            f"{self._batched_bytes_per_s / 1e9:.1f} GB/s (linears at several rows)" if b
+            else f"{self._stream_bytes_per_s / 1e9:.1f} GB/s" for b in batched)
+
+    def _batched(self, record: OpRecord, family: str) -> bool:
+        """Whether `_cold_rate` prices this op's weights at the batched rate."""
+        return family == "matmul" and bool(self._batched_bytes_per_s) and _rows(record) >= 2
 
     def _cold_weights_s(self, record: OpRecord, estimate: OpEstimate, nbytes: float) -> float:
         """How long an op takes inside a model when reading its weights bounds it: the weights
@@ -453,13 +458,14 @@ class Predictor:
         """Bytes per second at which an op inside a model reads weights the forward pass
         evicted (0: not floored). A linear (the matmul family) at two rows or more reads them at
         the batched rate (`fingerprint.measure_batched_gbps`), wherever they fit alone: a blocked
-        product reads cold weights 1.6-2x slower than a matrix-vector product
-        (`fingerprint.BATCHED_ROWS`). Other ops within the LLC read them at the stream
-        (`fingerprint.measure_peaks`); ops beyond it are floored there already
-        (`_memory_floor_s`); gathers (the data family) read a few rows, not their table."""
+        product runs 1.6-2x slower with its weights evicted than cached, reading them at about a
+        third of the stream's rate (`fingerprint.BATCHED_ROWS`). Other ops within the LLC read
+        them at the stream (`fingerprint.measure_peaks`); ops beyond it are floored there already
+        (`_memory_floor_s`: timed alone they stream from memory too, so their estimates stay
+        times `a`); gathers (the data family) read a few rows, not their table."""
         if family == "data" or not record.weight_bytes:
             return 0.0
-        if family == "matmul" and self._batched_bytes_per_s and _rows(record) >= 2:
+        if self._batched(record, family):
             return self._batched_bytes_per_s
         return self._stream_bytes_per_s if nbytes <= self._llc_bytes else 0.0
 

@@ -92,7 +92,7 @@ def test_ops_priced_at_their_cold_weights_are_taken_as_priced_not_scaled():
     fit = fit_correction(out)
     assert fit.coefficients == pytest.approx((0.7, 3e-6, 0.4, 0.0, 0.0), rel=1e-4, abs=1e-12)
     assert all(fit.of(r) == pytest.approx(r.measured_s) for r in out)
-    assert "0.700 x sum of ops (but the ops priced at reading cold weights, as priced)" in fit.note
+    assert "0.700 x sum of ops not priced at their cold weights (those as priced)" in fit.note
     assert fit.apply(0.03, 100, 0.002, floored_s=0.01) == pytest.approx(
         0.7 * 0.02 + 0.01 + 3e-4 + 0.4 * 0.002)
     # the floor under a negative per-op term leaves the floored part whole too

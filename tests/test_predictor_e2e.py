@@ -252,7 +252,7 @@ def test_a_batched_linear_is_floored_at_the_batched_rate_wherever_its_weights_fi
 
     fc1, fc8 = linear(1, "fc1"), linear(8, "fc8")
     stream = {**PEAKS, "stream_gbps": 2.5}
-    got = {}
+    got, predictors = {}, {}
     for name, peaks in (("batched", {**stream, "batched_gbps": 1.0}), ("stream only", stream),
                         ("batched, small llc", {**stream, "batched_gbps": 1.0,
                                                 "llc_bytes": 8 << 20})):
@@ -260,7 +260,7 @@ def test_a_batched_linear_is_floored_at_the_batched_rate_wherever_its_weights_fi
             db.upsert_device({"t": 1}, device_id="dev1", kind="cpu", threads=1, name="box",
                              peaks=peaks)
             add_measured(db, training_records)
-            pred = Predictor.for_device(db, "box", cache_dir=tmp_path / name)
+            pred = predictors[name] = Predictor.for_device(db, "box", cache_dir=tmp_path / name)
         pred.correction = Correction(a=1.0)
         got[name] = pred.predict_ops([fc1, fc8])
     w = fc8.weight_bytes
@@ -271,9 +271,12 @@ def test_a_batched_linear_is_floored_at_the_batched_rate_wherever_its_weights_fi
     # beyond the swept LLC the one-row linear keeps its memory floor, the batched one is raised
     assert got["batched, small llc"].top_ops[0]["ms"] == pytest.approx(w / 1.0e9 * 1e3)
     # a floored op is an in-model time: `a` scales the others only, in total and breakdown
+    # (fc1 is over this LLC, so not floored at the stream but scaled)
+    pred = predictors["batched, small llc"]
     pred.correction = Correction(a=0.5)
     p = pred.predict_ops([fc1, fc8])
     fc1_ms = pred.estimate(fc1).p50_s * 1e3
+    assert fc1_ms > w / 2.5e9 * 1e3  # its memory floor: weights at the stream, the rest copied
     assert p.floored_ms == pytest.approx(w / 1.0e9 * 1e3)
     assert p.p50_ms == pytest.approx(p.floored_ms + 0.5 * fc1_ms)
     assert [o["ms"] for o in p.top_ops] == pytest.approx([p.floored_ms, 0.5 * fc1_ms])
