@@ -20,12 +20,13 @@ import time
 import torch
 
 from profilers.fingerprint import _beyond_llc_bytes
+from profilers.timer import CacheFlusher
 
 SHAPES = ((768, 3072), (4096, 1000), (4096, 4096))  # (in, out): bert's MLP, a classifier, fc7
 ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
-def ratios(k: int, n: int, rows: tuple[int, ...], evict: torch.Tensor
+def ratios(k: int, n: int, rows: tuple[int, ...], evict: CacheFlusher
            ) -> list[tuple[int, float, float]]:
     """(M, cold / cached, cached seconds) per row count."""
     lin = torch.nn.Linear(k, n).eval()
@@ -40,7 +41,7 @@ def ratios(k: int, n: int, rows: tuple[int, ...], evict: torch.Tensor
                 t = time.perf_counter()
                 lin(x)
                 warm.append(time.perf_counter() - t)
-                evict.add_(1.0)
+                evict()
                 t = time.perf_counter()
                 lin(x)
                 cold.append(time.perf_counter() - t)
@@ -53,7 +54,7 @@ def main(argv: list[str]) -> None:
     threads = int(argv[0]) if argv else 1
     rows = tuple(int(r) for r in argv[1].split(",")) if len(argv) > 1 else ROWS
     torch.set_num_threads(threads)
-    evict = torch.zeros(_beyond_llc_bytes("cpu") // 4)
+    evict = CacheFlusher(_beyond_llc_bytes("cpu"))
     for k, n in SHAPES:
         cells = " ".join(f"M{m}:{r:.2f}({w * 1e3:.2f})" for m, r, w in ratios(k, n, rows, evict))
         print(f"{threads} thread(s) {k}x{n} ({k * n * 4 / 1e6:.0f} MB): {cells}", flush=True)

@@ -219,7 +219,7 @@ def solve_columns(x: np.ndarray, y: np.ndarray, terms: Sequence[int] | None = No
     """
     n = x.shape[1]
     columns = x / y[:, None]
-    target = 1.0 - (np.zeros(len(y)) if given is None else given / y)
+    target = np.ones(len(y)) if given is None else 1.0 - given / y
     wanted = {0, *(range(n) if terms is None else terms)}
     active = sorted(wanted) if len(x) > len(wanted) else [0]
     while True:
@@ -244,9 +244,8 @@ def _fitted(rows: Sequence[ModelRow], terms: Sequence[int] = tuple(range(N_TERMS
                       c_large_traffic=c_large, terms=tuple(sorted({0, *terms})))
 
 
-def _huber_lstsq(a: np.ndarray, b: np.ndarray | None = None, iterations: int = 10) -> np.ndarray:
-    """Least squares of a @ coef ~ b (default 1) with Huber weights (k = 2 robust sigmas)."""
-    b = np.ones(len(a)) if b is None else b
+def _huber_lstsq(a: np.ndarray, b: np.ndarray, iterations: int = 10) -> np.ndarray:
+    """Least squares of a @ coef ~ b with Huber weights (k = 2 robust sigmas)."""
     w = np.ones(len(a))
     coef = np.zeros(a.shape[1])
     for _ in range(iterations):

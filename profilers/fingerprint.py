@@ -27,7 +27,7 @@ import torch
 from profilers import allocator
 from profilers.clocks import parse_device
 from profilers.errors import DeviceError
-from profilers.timer import Measurement, default_threads, measure, thread_count
+from profilers.timer import CacheFlusher, Measurement, default_threads, measure, thread_count
 
 CPU_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 """CPU flags of native bf16 arithmetic (x86 and aarch64); without one, bf16 is emulated."""
@@ -567,9 +567,9 @@ def measure_batched_gbps(device: str = "cpu", threads: int | None = None,
         k, n = 4096, 1024
         weight = torch.ones(n, k, dtype=torch.float32)
         x = torch.ones(BATCHED_ROWS, k, dtype=torch.float32)
-        evict = torch.zeros(_beyond_llc_bytes("cpu") // 4, dtype=torch.float32)
-        m = measure(lambda: torch.nn.functional.linear(x, weight), flush=lambda: evict.add_(1.0),
-                    warmup=1, min_reps=5, max_reps=15, max_time_s=budget_s)
+        m = measure(lambda: torch.nn.functional.linear(x, weight),
+                    flush=CacheFlusher(_beyond_llc_bytes("cpu")), warmup=1, min_reps=5,
+                    max_reps=15, max_time_s=budget_s)
         return weight.numel() * 4 / m.median_s / 1e9
 
 
