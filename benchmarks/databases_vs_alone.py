@@ -6,8 +6,8 @@ more databases against the same ops re-timed alone now, per model and over all o
 
 FAMILIES is a comma-separated list (norm,reduce,eltwise,...); CACHE_HOME is the XDG_CACHE_HOME
 each database's models were trained into (so they are reloaded, not retrained). Every distinct op
-config is timed alone once, as a profile times it (`kernels_db.build._measure_config`), but
-always after a 1 MiB flush: a 1-thread profile's on this VM's 1 MiB L2, half of a 2-thread one's.
+config is timed alone once, as a profile times it (`kernels_db.build._measure_config`), after the
+flush a profile of this machine uses (`profilers.timer.flush_bytes`: its L2 per core x threads).
 Each database prices it as `hwlat predict` would, hidden copies split off included
 (`profilers.ops.split_hidden_work`), so an older database is priced with this code's split.
 Unlike `inmodel_vs_isolated.py` it compares databases, not the model against its ops: the ops
@@ -31,9 +31,10 @@ from kernels_db.store import KernelDB
 from predictor.e2e import Predictor
 from profilers import allocator
 from profilers.capture import capture_spec
+from profilers.fingerprint import cpu_caches
 from profilers.ops import is_free, record_family
 from profilers.specs import parse_input_spec
-from profilers.timer import CacheFlusher
+from profilers.timer import CacheFlusher, flush_bytes
 
 ALONE = "alone"
 
@@ -60,7 +61,7 @@ def main(threads: int, families: list[str], labelled: list[str], models: list[st
     allocator.apply()
     predictors = _predictors(labelled)
     labels = [label for label, _ in predictors]
-    flusher = CacheFlusher(1 << 20)
+    flusher = CacheFlusher(flush_bytes("cpu", threads, cpu_caches().get("l2")))
     alone: dict[str, float] = {}
     overall: dict[str, dict[str, float]] = collections.defaultdict(
         lambda: collections.defaultdict(float))
