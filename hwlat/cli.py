@@ -24,9 +24,10 @@ class _Group(click.Group):
             click.echo(f"error: {exc}", err=True)
             ctx.exit(1)
         except KeyboardInterrupt:
-            saved = (ctx.obj or {}).get("writes")
-            click.echo("interrupted; " + ("what was already stored is kept" if saved
-                                          else "nothing was stored"), err=True)
+            obj = ctx.obj or {}
+            kept = obj.get("on_interrupt") or ("what was already stored is kept"
+                                               if obj.get("writes") else "nothing was stored")
+            click.echo(f"interrupted; {kept}", err=True)
             ctx.exit(130)
 
 

@@ -67,6 +67,7 @@ from kernels_db.store import KernelDB, quiet_ids
 from predictor.baselines import FlopsLinear, RooflineScaled
 from predictor.correction import ModelRow
 from predictor.e2e import CHAIN_TERM, SUBNORMAL_TERM, Prediction, Predictor
+from predictor.journal import EvalJournal
 from profilers import pace, zoo
 from profilers.capture import capture_spec
 from profilers.errors import NotFittedError
@@ -660,7 +661,8 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
              warmup: int = 5, rounds: int = ROUNDS, predictor: Predictor | None = None,
              measure_fn: MeasureFn | None = None, anchor: str = "profile",
              subnormal_fn: SubnormalFn | None = None, flushed_fn: MeasureFn | None = None,
-             progress: ProgressFn | None = None) -> EvalReport:
+             progress: ProgressFn | None = None, journal: EvalJournal | None = None
+             ) -> EvalReport:
     """Measure and predict every case; summary metrics for hwlat and both baselines.
 
     Each case is timed in `rounds` rounds over all cases (at least runs/rounds timed runs each,
@@ -673,6 +675,8 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     where op timings cannot see it (default: a real check when the measurement is real).
     flushed_fn: times a model found computing subnormals once more with them flushed to zero,
     beside its measurement (default: `time_model_flushed` when the measurement is real).
+    journal: keeps each timing as it is made and supplies those an interrupted run of the same
+    evaluation made (`predictor.journal`); removed when the report is made.
     """
     if anchor not in ANCHORS:
         raise ValueError(f"anchor must be one of {', '.join(ANCHORS)}, not {anchor!r}")
@@ -689,17 +693,27 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     for case in cases:  # all captures first: nothing but the model runs while it is timed
         captured.append(capture_spec(case.spec, inputs=[parse_input_spec(s) for s in case.inputs]
                                      or None, device_type=dev.kind, dtype=case.dtype))
+    if journal and progress and (line := journal.resumed()):
+        progress(line)
     refs = drift_references(predictor) if anchor == "session" else []
-    before = _time_references(refs, measure_fn, runs, warmup, dev.threads, dev.kind, progress)
+    before = journal.get("references", "before") if journal else None
+    if before is None:
+        before = _time_references(refs, measure_fn, runs, warmup, dev.threads, dev.kind, progress)
+        if journal:
+            journal.add(before, "references", "before")
     rounds = max(1, min(rounds, runs))
     timings: list[list[Measurement]] = [[] for _ in cases]
     for r in range(rounds):  # round-robin: a slow spell of the machine hits every model a bit
         for i, (case, cap) in enumerate(zip(cases, captured, strict=True)):
-            if progress:
-                progress(f"measuring {case.spec} {','.join(str(x) for x in cap.inputs)}"
-                         + (f" (round {r + 1}/{rounds})" if rounds > 1 else ""))
-            got = measure_fn(case.spec, [str(i) for i in cap.inputs], -(-runs // rounds), warmup,
-                             dev.threads, dev.kind, case.dtype)
+            got = journal.get("round", i, r) if journal else None
+            if got is None:
+                if progress:
+                    progress(f"measuring {case.spec} {','.join(str(x) for x in cap.inputs)}"
+                             + (f" (round {r + 1}/{rounds})" if rounds > 1 else ""))
+                got = measure_fn(case.spec, [str(x) for x in cap.inputs], -(-runs // rounds),
+                                 warmup, dev.threads, dev.kind, case.dtype)
+                if journal:
+                    journal.add(got, "round", i, r)
             timings[i].append(got)
     # each round counts once: a round that ran into a slow spell is noisy, takes more samples
     # before its median is stable, and would dominate a median over all samples; a round timed
@@ -731,10 +745,14 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     flushed: list[float | None] = [None] * len(cases)
     for i, (case, cap, sub) in enumerate(zip(cases, captured, subnormal, strict=True)):
         if flushed_fn and sub and _computes_subnormals(sub.share):
-            if progress:
-                progress(f"measuring {case.spec} again with subnormals flushed to zero")
-            flushed[i] = flushed_fn(case.spec, [str(x) for x in cap.inputs], runs, warmup,
-                                    dev.threads, dev.kind, case.dtype).median_s * 1e3
+            flushed[i] = journal.get("flushed", i) if journal else None
+            if flushed[i] is None:
+                if progress:
+                    progress(f"measuring {case.spec} again with subnormals flushed to zero")
+                flushed[i] = flushed_fn(case.spec, [str(x) for x in cap.inputs], runs, warmup,
+                                        dev.threads, dev.kind, case.dtype).median_s * 1e3
+                if journal:
+                    journal.add(flushed[i], "flushed", i)
     notes = [note] if note else []
     if in_sample := sorted({c.spec for c in cases} & {r.spec for r in fitted_rows}):
         notes.append("timed end to end by this device's profile (the zoo or `profile --add`), so "
@@ -785,7 +803,10 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
         notes.append(line)
     if anchor != "pace" and (line := pace_note(rows, profile_timings)):
         notes.append(line)
-    return _report(dev.id, rows, runs, notes, anchor if drift else "profile", drift)
+    report = _report(dev.id, rows, runs, notes, anchor if drift else "profile", drift)
+    if journal:
+        journal.finish()
+    return report
 
 
 def _cost_pace(predictor: Predictor, drift: Drift | None) -> float:

@@ -144,6 +144,8 @@ class Measurement:
             stopped_by=str(d["stopped_by"]),
             label=str(d.get("label", "")),
             cpu_use=contention.CpuUse.from_stats(d.get("cpu_use")),
+            pace_s=d.get("pace_s"),
+            chain_s=d.get("chain_s"),
         )
 
 

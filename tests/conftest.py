@@ -1,4 +1,4 @@
-"""Test isolation: no test reads or writes the user's database or model cache."""
+"""Test isolation: no test reads or writes the user's database, model cache or journals."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import pytest
 
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_dirs(tmp_path_factory):
-    saved = {k: os.environ.get(k) for k in ("XDG_CACHE_HOME", "XDG_DATA_HOME", "HWLAT_DB")}
+    saved = {k: os.environ.get(k) for k in ("XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME",
+                                            "HWLAT_DB")}
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
     os.environ["XDG_DATA_HOME"] = str(tmp_path_factory.mktemp("data"))
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
     os.environ.pop("HWLAT_DB", None)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     yield

@@ -187,6 +187,15 @@ def test_bad_input_spec_is_bad_usage(profiled):
     assert result.exit_code == 2
 
 
+def test_an_unwritable_output_file_is_bad_usage_before_anything_is_measured(profiled, tmp_path):
+    db, _ = profiled
+    for args in (("evaluate", "torchvision:resnet18", "--plot", str(tmp_path / "no" / "e.png")),
+                 ("bench", "torchvision:resnet18", "--csv", str(tmp_path / "no" / "b.csv"))):
+        result = run(*args, db=db)
+        assert result.exit_code == 2 and "does not exist" in result.output
+        assert "measuring" not in result.output
+
+
 def test_unknown_model_is_a_domain_error(profiled):
     db, _ = profiled
     result = run("predict", "torchvision:resnet19", db=db)

@@ -21,6 +21,7 @@ from predictor.evaluate import (
     zoo_cases,
 )
 from predictor.features import roofline_s
+from predictor.journal import EvalJournal
 from profilers import ops, sampling
 from profilers.contention import CpuUse
 from profilers.subnormals import SubnormalUses
@@ -635,3 +636,53 @@ def test_pace_now_sets_the_probes_here_against_the_profiles(predictor, tmp_path,
     assert (spelled.pace_low_ms, spelled.pace_high_ms) == pytest.approx((6.0, 12.0))
     assert (now.pace_low_ms, now.pace_high_ms) == pytest.approx((6.0, 6.0))
     assert "3 of 5 rounds ran in a slow spell" in spelled.summary()
+
+
+def test_an_interrupted_evaluation_resumes_with_the_timings_it_had_made(predictor, tmp_path):
+    cases = [EvalCase(spec, SMALL) for spec in SPECS]
+    shares = {"torchvision:squeezenet1_1": 0.044, "torchvision:resnet18": 0.0}
+    calls = []
+
+    def measure(spec, inputs, runs, warmup, threads, device, dtype, stop_after=None):
+        if stop_after is not None and len(calls) == stop_after:
+            raise KeyboardInterrupt
+        calls.append(spec)  # each timing a little different, so a re-timed one would show
+        return timing([0.003 + 1e-4 * len(calls)] * runs, pace_s=2e-3 + 1e-5 * len(calls))
+
+    def run(journal, stop_after=None):
+        return evaluate(None, "dev1", cases, predictor=predictor, runs=30, anchor="pace",
+                        measure_fn=lambda *a: measure(*a, stop_after=stop_after),
+                        subnormal_fn=lambda spec, *a: SubnormalUses(shares[spec]),
+                        flushed_fn=lambda *a: timing([0.002] * a[2]), journal=journal)
+
+    def journal(**kw):
+        return EvalJournal.for_evaluation("dev1", cases, runs=30, warmup=5, rounds=3,
+                                          anchor="pace", directory=tmp_path, **kw)
+
+    whole = run(None)
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        run(journal(), stop_after=4)  # two of the three rounds timed
+    (path,) = tmp_path.iterdir()
+    with open(path, "a") as f:
+        f.write('{"what": ["round", 0, 2], "measurement": tr')  # cut off mid-line
+    resumed = journal()
+    assert "4 timed round(s) kept" in resumed.resumed()
+    report = run(resumed)
+    assert calls == [*SPECS, *SPECS, *SPECS]  # the two left, not the four kept
+    assert [r.measured_rounds_ms for r in report.rows] == [r.measured_rounds_ms for r in whole.rows]
+    assert [r.round_pace_ms for r in report.rows] == [r.round_pace_ms for r in whole.rows]
+    assert report.summary == whole.summary
+    assert not path.exists()  # finished: nothing left to resume
+    # another evaluation's journal, or an old one, is started over
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        run(journal(), stop_after=2)
+    assert journal(fresh=True).resumed() is None
+    other = EvalJournal.for_evaluation("dev1", cases, runs=20, warmup=5, rounds=3, anchor="pace",
+                                       directory=tmp_path)
+    assert other.resumed() is None and other.path != path
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        run(journal(), stop_after=2)
+    assert EvalJournal(path, journal().key, max_age_s=0).resumed() is None

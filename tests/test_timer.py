@@ -106,6 +106,8 @@ def test_json_round_trip():
     assert restored.median_s == m.median_s
     busy = make([1.0], threads=2, cpu_use=CpuUse(0.8, 2, 1.5))
     assert Measurement.from_json(json.loads(json.dumps(busy.to_json()))) == busy
+    probed = make([1.0], pace_s=2.4e-3, chain_s=1.1e-3)  # an evaluation's rounds keep these
+    assert Measurement.from_json(json.loads(json.dumps(probed.to_json()))) == probed
 
 
 def test_contention_is_judged_on_the_threads_timed_and_merge_keeps_the_busier_reading():

@@ -14,7 +14,7 @@ from typing import Any
 import click
 import torch
 
-from hwlat.commands.common import duration, json_option, open_db
+from hwlat.commands.common import duration, json_option, open_db, output_file
 from hwlat.output import emit_json, stderr, stdout
 from profilers.errors import BenchError, DeviceError
 
@@ -66,9 +66,9 @@ def _positive_rate(ctx, param, value: float | None) -> float | None:
               help="Load mode: arrival times (s) from a file, one a line or a CSV with arrival_s.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the Poisson arrivals.")
 @json_option
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), callback=output_file,
               help="Write every per-request sample to this CSV file.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), callback=output_file,
               help="Write the latency distributions (total, queue, compute / stages) as an image.")
 @click.option("--no-store", is_flag=True, help="Do not store the result in the kernel database.")
 @click.pass_context
@@ -117,8 +117,8 @@ def bench(ctx, model, inputs, batch, dtype, device, threads, runs, warmup, rate,
     settings = _settings(loaded, dtype, used_threads, device, kind)
     stored = None if no_store else _store(ctx, loaded, settings, samples_s, stats, device,
                                           used_threads)
-    _write_files(result, kind, csv_path, plot_path)
     _report(result, stats, loaded.spec, settings, stored, as_json)
+    _write_files(result, kind, csv_path, plot_path)  # after the report: a failed write loses none
     if result.error:
         raise BenchError(f"{result.error} (the completed runs were reported"
                          f"{'' if no_store or stored is None else ' and stored'})")

@@ -32,6 +32,27 @@ def duration(ctx, param, value):
     return seconds
 
 
+def output_file(ctx, param, value):
+    """A file the command writes at its end (--plot, --csv): checked before anything is measured,
+    so a typo in its folder costs a usage error, not an evaluation's minutes."""
+    import os
+    from pathlib import Path
+
+    if value is None:
+        return None
+    folder = Path(value).expanduser().parent
+    if not folder.is_dir():
+        raise click.BadParameter(f"folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (Path(value).exists() and not os.access(value, os.W_OK)):
+        raise click.BadParameter(f"{value} is not writable here")
+    if param.name and "plot" in param.name:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise click.BadParameter("plotting needs matplotlib; pip install 'hwlat[plot]'") from None
+    return value
+
+
 def input_options(f):
     """--input (repeatable), --batch, --dtype: how a model is fed."""
     f = click.option("--dtype", default="float32", show_default=True,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from hwlat.commands.common import json_option, open_db, parse_inputs, write_plot
+from hwlat.commands.common import json_option, open_db, output_file, parse_inputs, write_plot
 from hwlat.output import dim, emit_json, escape, stderr, stdout
 from kernels_db.build import measure_subnormal_once
 from predictor.devices import choose_device, require_this_machine
@@ -18,6 +18,7 @@ from predictor.evaluate import (
     evaluate,
     zoo_cases,
 )
+from predictor.journal import EvalJournal
 
 
 @click.command("evaluate")
@@ -47,11 +48,14 @@ from predictor.evaluate import (
                    "by the pace probe's time over its time in the profile, the geometric mean of "
                    "the probe beside the model's rounds and over all rounds (no extra timing). "
                    "The profile-anchored numbers are kept beside.")
-@click.option("--plot", type=click.Path(dir_okay=False), help="Predicted vs measured (PNG).")
+@click.option("--plot", type=click.Path(dir_okay=False), callback=output_file,
+              help="Predicted vs measured (PNG).")
+@click.option("--fresh", is_flag=True,
+              help="Time everything again, not resuming an interrupted run of this evaluation.")
 @json_option
 @click.pass_context
 def evaluate_cmd(ctx, models, device, threads, holdout_families, batches, inputs, dtypes, runs,
-                 warmup, rounds, anchor, plot, as_json):
+                 warmup, rounds, anchor, plot, fresh, as_json):
     """Measure MODELS (default: the held-out zoo) here and compare with hwlat's predictions and
     with FLOPs and roofline baselines fitted on the same database."""
     if models and holdout_families:
@@ -68,17 +72,21 @@ def evaluate_cmd(ctx, models, device, threads, holdout_families, batches, inputs
             progress("measuring what a subnormal value costs this CPU (once, under a second)")
         with open_db(ctx) as db:
             measure_subnormal_once(db, row.id, row.threads)
+    journal = EvalJournal.for_evaluation(row.id, cases, runs=runs, warmup=warmup, rounds=rounds,
+                                         anchor=anchor, fresh=fresh)
+    ctx.find_root().obj["on_interrupt"] = ("the timings made so far are kept: run the same "
+                                           "command again to resume")
     with open_db(ctx, readonly=True) as db:
         report = evaluate(db, row.id, cases, runs=runs, warmup=warmup, rounds=rounds,
-                          anchor=anchor, progress=progress)
-    if plot:
-        write_plot(report.plot, plot)
+                          anchor=anchor, progress=progress, journal=journal)
     if as_json:
         emit_json(report.to_json())
-        return
-    show(report)
-    if plot:
-        stderr.print(f"plot written to {escape(plot)}")
+    else:
+        show(report)
+    if plot:  # after the report: a plot that fails to write loses no measurement
+        write_plot(report.plot, plot)
+        if not as_json:
+            stderr.print(f"plot written to {escape(plot)}")
 
 
 def _cases(models, inputs, batches, dtypes, holdout_families) -> list[EvalCase]:
