@@ -9,7 +9,8 @@ from hwlat.commands.evaluate import show
 from hwlat.commands.profile import contended_line, slow_spell_line, untimed_line
 from hwlat.output import budget_progress, dim, emit_json, escape, stderr
 from kernels_db.build import ProfileSettings, profile_device
-from predictor.evaluate import EvalCase, evaluate
+from predictor.evaluate import ROUNDS, EvalCase, evaluate
+from predictor.journal import EvalJournal
 
 QUICK_ZOO = ("torchvision:resnet18", "torchvision:mobilenet_v2", "torchvision:squeezenet1_1",
              "torchvision:efficientnet_b0", "torchvision:regnet_x_400mf")
@@ -49,8 +50,10 @@ def quickstart(ctx, budget, threads, runs, as_json):
         # machine (on the 2-vCPU dev VM its zoo once ran ~1.15x slow and the models it checks
         # then ran fast: 27% MAPE); re-timing the zoo around the check measures that drift, and
         # the profile-anchored numbers stay beside the session-anchored ones
+        journal = EvalJournal.for_evaluation(report.device_id, cases, runs=runs, warmup=5,
+                                             rounds=ROUNDS, anchor="session")
         result = evaluate(db, report.device_id, cases, runs=runs, anchor="session",
-                          progress=progress)
+                          progress=progress, journal=journal)
     if as_json:
         emit_json({"profile": report.to_json(), "evaluation": result.to_json()})
         return
