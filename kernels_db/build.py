@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import random
 import time
 from collections import Counter
@@ -278,18 +279,36 @@ class _Metered:
     """Meters consecutive op timings with `profilers.contention` and records the reading with
     them (`KernelDB.annotate_cpu_use`). One op is often timed in a few milliseconds, too short
     for the kernel's 10 ms ticks, so a reading covers the timings of at least
-    `contention.MIN_WINDOW_S`; those a call times last, in a shorter window, stay unknown."""
+    `contention.MIN_WINDOW_S`; those a call times last, in a shorter window, stay unknown.
 
-    def __init__(self, db: KernelDB, threads: int | None) -> None:
-        self.db, self.threads = db, threads
+    With `probe` (`profilers.pace.probe`, on a CPU) the machine's pace is timed between windows
+    and each window's timings get the geometric mean of the paces before and after it: a VM that
+    flaps between two speeds puts a config's timing in either, and the models are trained on
+    timings brought to one pace (`kernels_db.store.at_usual_pace`)."""
+
+    def __init__(self, db: KernelDB, threads: int | None,
+                 probe: Callable[[], float] | None = None) -> None:
+        self.db, self.threads, self.probe = db, threads, probe
+        self.pace_s = probe() if probe else None
         self.meter, self.ids = Meter(), []
 
     def timed(self, measurement_id: int) -> None:
         self.ids.append(measurement_id)
         use = self.meter.stop()
         if use is not None:
-            self.db.annotate_cpu_use(self.ids, use, self.threads)
+            window_pace = None
+            if self.probe:
+                after = self.probe()
+                window_pace, self.pace_s = math.sqrt(self.pace_s * after), after
+            self.db.annotate_cpu_use(self.ids, use, self.threads, pace_s=window_pace)
             self.meter, self.ids = Meter(), []
+
+
+def window_probe(device: str) -> Callable[[], float] | None:
+    """The pace probe `_Metered` times between windows of op timings (None off the CPU)."""
+    from profilers import pace
+
+    return pace.probe(pace.WINDOW_PROBE_RUNS) if device == "cpu" else None
 
 
 def _time_config(db: KernelDB, row, run_id: str, settings: ProfileSettings, flusher,
@@ -327,7 +346,7 @@ def measure_configs(db: KernelDB, device_id: str, run_id: str, settings: Profile
     done = 0
     verb = "timing" if below <= 1 and not contended else "re-timing"
     what = " timed beside other work" if contended else ""
-    metered = _Metered(db, threads)
+    metered = _Metered(db, threads, window_probe(settings.device))
     while deadline.left() > 0:
         batch = db.claim_unmeasured(device_id, run_id, settings.claim_batch,
                                     max_priority=max_priority, below=below, contended=contended,
@@ -533,7 +552,7 @@ def adaptive_round(db: KernelDB, device_id: str, settings: ProfileSettings, roun
 
     `round_no` counts over all runs of the device, so a resumed profile samples new configs.
     """
-    measured = db.measured(device_id)  # read once: the error ranking and the perturbations
+    measured = db.measured_at_usual_pace(device_id)  # read once: the ranking, the perturbations
     in_zoo = {m.family for m in measured if m.source == "zoo"}
     errors = {f: e for f, e in family_errors(db, device_id, measured).items() if f in in_zoo}
     if not errors:
@@ -579,7 +598,7 @@ def family_errors(db: KernelDB, device_id: str, measured: list | None = None) ->
     device = db.get_device(device_id)
     peaks = device.peaks
     by_family: dict[str, list] = {}
-    for m in db.measured(device_id) if measured is None else measured:
+    for m in db.measured_at_usual_pace(device_id) if measured is None else measured:
         by_family.setdefault(m.family, []).append(m)
     errors = {}
     for family, rows in by_family.items():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import socket
 import sqlite3
@@ -24,7 +25,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,7 @@ class MeasuredConfig:
     noisy: bool  # any of its measurements was flagged noisy
     threads: int | None  # of its newest measurement
     flushed: bool  # of its newest measurement
+    pace_s: float | None = None  # the machine's pace over its fastest timing (None: not probed)
 
     @property
     def record(self) -> Any:
@@ -757,17 +759,19 @@ class KernelDB:
             return cur.lastrowid
 
     def annotate_cpu_use(self, measurement_ids: Sequence[int], use: CpuUse,
-                         threads: int | None) -> None:
+                         threads: int | None, *, pace_s: float | None = None) -> None:
         """Record in these op timings' telemetry what other processes used of the CPUs while
         they ran (one reading over all of them) and whether that was enough to slow them
         (`CpuUse.contended`); `claim_unmeasured(contended=True)` and `run_contention` read it
-        back."""
+        back. `pace_s`: the machine's pace over them (`profilers.pace`), read by `measured`."""
         reading = {**use.to_stats(), "contended": use.contended(threads)}
+        paced = "" if pace_s is None else ", '$.pace_s', ?"
+        extra = () if pace_s is None else (float(pace_s),)
         with self.transaction() as conn:
             conn.executemany(
                 "UPDATE measurements SET telemetry_json = json_set(coalesce(telemetry_json, '{}'),"
-                " '$.cpu_use', json(?)) WHERE id = ?",
-                [(_dumps(reading), mid) for mid in measurement_ids])
+                f" '$.cpu_use', json(?){paced}) WHERE id = ?",
+                [(_dumps(reading), *extra, mid) for mid in measurement_ids])
 
     def run_contention(self, run_id: str) -> tuple[int, float | None]:
         """(how many of the run's op timings ran beside other work, the most cores others
@@ -782,7 +786,8 @@ class KernelDB:
                  op: str | None = None) -> list[MeasuredConfig]:
         """Every measured config of the device, several timings of one config as one (`_pooled`)."""
         sql = ("SELECT c.id AS config_id, c.key, c.op, c.family, c.dtype, c.source, c.record_json,"
-               " m.id AS mid, m.n, m.median_s, m.iqr_s, m.noisy, m.threads, m.flushed"
+               " m.id AS mid, m.n, m.median_s, m.iqr_s, m.noisy, m.threads, m.flushed,"
+               " json_extract(m.telemetry_json, '$.pace_s') AS pace_s"
                " FROM op_configs c JOIN measurements m ON m.config_id = c.id"
                " WHERE c.device_id = ?")
         params: list[Any] = [device_id]
@@ -793,6 +798,32 @@ class KernelDB:
         for r in self._query(sql + " ORDER BY c.id, m.id", params):
             groups.setdefault(r["config_id"], []).append(r)
         return [_pooled(rows) for rows in groups.values()]
+
+    def measured_at_usual_pace(self, device_id: str) -> list[MeasuredConfig]:
+        """`measured`, each timing brought to the device's usual pace (`at_usual_pace`): what the
+        op models are trained on and the predictor takes for a config profiled exactly."""
+        return at_usual_pace(self.measured(device_id), pace_exponents(self.paced_pairs(device_id)))
+
+    def paced_pairs(self, device_id: str) -> dict[str, list[tuple[float, float]]]:
+        """Per op family, over the configs timed twice or more with a pace beside each: (log of
+        the last timing's pace / the first's, log of its median / the first's)."""
+        firsts: dict[int, tuple[str, float, float]] = {}
+        lasts: dict[int, tuple[float, float]] = {}
+        for r in self._query(
+                "SELECT m.config_id, c.family, m.median_s,"
+                " json_extract(m.telemetry_json, '$.pace_s') AS pace_s"
+                " FROM op_configs c JOIN measurements m ON m.config_id = c.id"
+                " WHERE c.device_id = ? AND json_extract(m.telemetry_json, '$.pace_s') > 0"
+                " AND m.median_s > 0 ORDER BY m.config_id, m.id", (device_id,)):
+            if r["config_id"] in firsts:
+                lasts[r["config_id"]] = (r["pace_s"], r["median_s"])
+            else:
+                firsts[r["config_id"]] = (r["family"], r["pace_s"], r["median_s"])
+        pairs: dict[str, list[tuple[float, float]]] = {}
+        for cid, (p2, t2) in lasts.items():
+            family, p1, t1 = firsts[cid]
+            pairs.setdefault(family, []).append((math.log(p2 / p1), math.log(t2 / t1)))
+        return pairs
 
     def samples(self, config_id: int) -> list[float]:
         """Every raw sample of a config, in measurement order."""
@@ -896,7 +927,47 @@ def _pooled(rows: list[sqlite3.Row]) -> MeasuredConfig:
         dtype=first["dtype"], source=first["source"], record_json=first["record_json"],
         median_s=fastest["median_s"], iqr_s=fastest["iqr_s"], n=sum(r["n"] for r in rows),
         noisy=any(r["noisy"] for r in rows),
-        threads=last["threads"], flushed=bool(last["flushed"]))
+        threads=last["threads"], flushed=bool(last["flushed"]), pace_s=fastest["pace_s"])
+
+
+PACE_MIN_PAIRS = 30  # configs timed twice beside a probe that a family's exponent needs
+PACE_MAX_EXPONENT = 1.5
+
+
+def pace_exponents(pairs: dict[str, Sequence[tuple[float, float]]]) -> dict[str, float]:
+    """How far each op family's timings follow the pace probe on this device: the slope, through
+    the origin, of log(second timing / first) on log(pace beside the second / beside the first)
+    over the configs timed twice (`pairs`: family -> those log ratios). A family with fewer than
+    `PACE_MIN_PAIRS` gets the slope of all pairs; with fewer than that in all, 0 (not moved).
+    Measured on a 10-minute 1-thread profile of the Xeon of 12-06 (2524 zoo configs timed twice,
+    the probe 2.05-4.20 ms): convs 0.83 (r = 0.86), pools 0.97, norms 0.67, elementwise 0.61,
+    data movement 0.37; the 90th percentile of a pair's |log ratio| went from 0.50 to 0.25-0.30."""
+    def slope(xy: Sequence[tuple[float, float]]) -> float:
+        sxx = sum(x * x for x, _ in xy)
+        k = sum(x * y for x, y in xy) / sxx if sxx > 0 else 0.0
+        return min(max(k, 0.0), PACE_MAX_EXPONENT)
+
+    everything = [xy for family in pairs.values() for xy in family]
+    pooled = slope(everything) if len(everything) >= PACE_MIN_PAIRS else 0.0
+    return {f: slope(xy) if len(xy) >= PACE_MIN_PAIRS else pooled for f, xy in pairs.items()} | {
+        "*": pooled}
+
+
+def at_usual_pace(rows: Sequence[MeasuredConfig],
+                  exponents: dict[str, float]) -> list[MeasuredConfig]:
+    """The configs with each timing brought to the device's usual pace (`pace.usual_pace` of the
+    paces beside them): its median times (usual pace / the pace of its metering window) to its
+    family's exponent (`pace_exponents`; "*": any other family's). A 2-vCPU VM flaps between
+    speeds ~1.5x apart, and a config timed in the slow one was a point 1.5x high in its model's
+    training set: the 2824 configs of one 12-06 profile timed twice came out a median 1.18x
+    apart, 1.63x at the 90th percentile. Configs timed without a probe beside them (older
+    profiles, GPUs) keep their median, and all of them where fewer than `pace.MIN_PACES` were."""
+    usual = pace.usual_pace(r.pace_s for r in rows)
+    if usual is None:
+        return list(rows)
+    return [replace(r, median_s=r.median_s * (usual / r.pace_s) ** exponents.get(
+                r.family, exponents.get("*", 0.0)))
+            if r.pace_s else r for r in rows]
 
 
 def _model_row(r: sqlite3.Row) -> ModelMeasurement:

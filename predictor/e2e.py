@@ -41,13 +41,14 @@ SUBNORMAL_TERM = "subnormal_slow_path"  # the per_family entry of `Prediction.su
 # the per_family entry of the chain probe's term in a prediction scaled to the pace now
 # (`predictor.evaluate.at_pace`): what the small ops between and around kernels cost beyond it
 CHAIN_TERM = "small_op_pace"
-CORRECTION_VERSION = 19  # bump when ModelRow or the correction formula changes (11: the
+CORRECTION_VERSION = 20  # bump when ModelRow or the correction formula changes (11: the
 # large-op traffic leaves out the weights of ops over the LLC; 12: contended timings left out;
 # 13: so does the memory traffic; 14: weights over the LLC floored at the stream bandwidth;
 # 15: the per-op term may be negative; 16: the LLC as the profile measured it; 17: every op
 # floored at its cold weights' stream time, Predictor._cold_weights_s; 18: linears at several
 # rows at the batched rate, Predictor._cold_rate, and floored ops not times `a`; 19: their
-# fit's error relative to the whole measured time, not to what is left of it)
+# fit's error relative to the whole measured time, not to what is left of it; 20: op timings
+# brought to the usual pace, kernels_db.store.at_usual_pace)
 ProgressFn = Callable[[str], None]
 
 
@@ -156,7 +157,7 @@ class Predictor:
         row = db.get_device(device)
         models = model_store.load_or_train(db, row.id, directory=cache_dir, target=target,
                                            force=retrain, progress=progress)
-        rows = [m for m in db.measured(row.id) if m.median_s > 0]
+        rows = [m for m in db.measured_at_usual_pace(row.id) if m.median_s > 0]
         predictor = cls(row, models, {m.key: m.median_s for m in rows},
                         measured_records=[(m.key, m.record_json) for m in rows])
         predictor.profiled_dtypes = {m.dtype for m in rows}

@@ -26,7 +26,8 @@ from predictor.features import feature_matrix, feature_names, roofline_s
 from profilers.oprecord import OpRecord
 
 FORMAT = "hwlat-predictor"
-FORMAT_VERSION = 4  # 2: LOG_TARGET_MARGIN; 3: RESIDUAL_FAMILIES; 4: threads (older caches retrain)
+FORMAT_VERSION = 5  # 2: LOG_TARGET_MARGIN; 3: RESIDUAL_FAMILIES; 4: threads; 5: at_usual_pace
+# (older caches retrain)
 SIDECAR = "models.json"
 UNMODELLED_FAMILIES = ("free", "unknown")  # no latency to learn: free is 0, unknown has no features
 MIN_ROWS = 10  # fewer measured configs than this: the family falls back to the roofline
@@ -155,7 +156,7 @@ def train(db: KernelDB, device_id: str, directory: Path, *, target: str = "auto"
     """Fit every family with at least MIN_ROWS measured configs; save to `directory`."""
     device = db.get_device(device_id)
     token = db.state_token(device.id)  # read first: a concurrent write then forces a retrain
-    rows = db.measured(device.id)
+    rows = db.measured_at_usual_pace(device.id)
     params = params or {}
     models, families = {}, {}
     for family, fam_rows in sorted(_training_sets(rows).items()):

@@ -40,6 +40,9 @@ shapes a CNN's stages run, ~5 ms at 2 threads on the dev VM. One convolution alo
 in fresh processes its median varied 1.8x, each steady within itself (where its buffers land)."""
 PROBE_WARMUP = 3  # in the process's first probe only: then it is warm
 PROBE_RUNS = 10
+WINDOW_PROBE_RUNS = 3
+"""Passes of the probe between two metering windows of op timings (`kernels_db.build._Metered`):
+~7 ms at 1 thread on the Xeon of 12-06, against windows of a quarter second or more (~3%)."""
 SLOW_PACE = 1.2  # a pace this many times the usual marks a slow spell
 PACE_QUANTILE = 25  # the usual pace: this percentile of the device's timings' paces
 MIN_PACES = 5  # fewer paces than this give no usual pace, and no timing is flagged
@@ -47,9 +50,9 @@ CHAIN_BLOCKS, CHAIN_CHANNELS, CHAIN_SIZE = 8, 16, 28  # the chain probe (`chain_
 CHAIN_OPS = 5 * CHAIN_BLOCKS  # its ops (aten calls) per pass
 
 
-def probe() -> Callable[[], float]:
+def probe(runs: int = 0) -> Callable[[], float]:
     """A function that times the probe once more and returns its median seconds (CPU, in this
-    process, at torch's current thread count)."""
+    process, at torch's current thread count) over `runs` passes (default `PROBE_RUNS`)."""
     import torch
 
     gen = torch.Generator().manual_seed(0)
@@ -61,7 +64,7 @@ def probe() -> Callable[[], float]:
             for conv, x in convs:
                 conv(x)
 
-    return _timed(once)
+    return _timed(once, runs or PROBE_RUNS)
 
 
 def chain_probe() -> Callable[[], float]:
@@ -83,12 +86,12 @@ def chain_probe() -> Callable[[], float]:
         with torch.inference_mode():
             chain(x)
 
-    return _timed(once)
+    return _timed(once, PROBE_RUNS)
 
 
-def _timed(once: Callable[[], None]) -> Callable[[], float]:
-    """A function that runs `once` `PROBE_RUNS` times (after `PROBE_WARMUP` runs the first time,
-    one after that) and returns the median seconds."""
+def _timed(once: Callable[[], None], runs: int) -> Callable[[], float]:
+    """A function that runs `once` `runs` times (after `PROBE_WARMUP` runs the first time, one
+    after that) and returns the median seconds."""
     warm = [PROBE_WARMUP]
 
     def run() -> float:
@@ -96,7 +99,7 @@ def _timed(once: Callable[[], None]) -> Callable[[], float]:
             once()
         warm[0] = 1  # one warm-up run after the model: its ops evicted the probe's
         samples = []
-        for _ in range(PROBE_RUNS):
+        for _ in range(runs):
             t = time.perf_counter()
             once()
             samples.append(time.perf_counter() - t)

@@ -324,6 +324,76 @@ def test_the_op_timings_flagged_are_recorded_with_their_reading(tmp_path):
         assert db.claim_unmeasured("d", run, 10, contended=True) == []  # claimed already
 
 
+def test_each_metering_window_gets_the_pace_around_it_and_timings_are_brought_to_the_usual(
+        tmp_path, monkeypatch):
+    """A VM flapping between two speeds: the probe between windows reads each window's pace,
+    and the training rows come back at the usual (fast) pace."""
+    from kernels_db import build
+    from kernels_db.store import KernelDB, at_usual_pace, pace_exponents
+    from profilers import contention
+
+    paces = iter([2.0, 2.0, 2.0, 2.0, 4.5, 4.5, 2.0, 2.0])  # ms: a slow spell around window 4
+    readings = iter(range(1000))
+
+    class Meter:  # one window per timing, metered at once
+        def stop(self):
+            next(readings)
+            return contention.CpuUse(0.0, 2, 0.3)
+
+    with KernelDB.open(tmp_path / "k.db") as db:
+        db.upsert_device({"cpu": "test"}, device_id="d", kind="cpu", threads=1)
+        db.add_configs("d", [(f"k{i}", "aten.add.Tensor", "eltwise", "float32", "random",
+                              {"op": "aten.add.Tensor", "i": i}) for i in range(7)])
+        ids = {c.key: c.id for c in db.configs("d")}
+        run = db.start_run("d", budget_s=None, settings={})
+        monkeypatch.setattr(build, "Meter", Meter)
+        metered = build._Metered(db, 1, probe=lambda: next(paces) * 1e-3)
+        for i in range(7):  # each config 1 ms at the fast pace, as much slower as the pace
+            slow = 2.25 if i == 4 else (1.5 if i in (3, 5) else 1.0)
+            metered.timed(db.add_measurement(ids[f"k{i}"], run, [1e-3 * slow], flushed=True,
+                                             threads=1, noisy=False))
+        rows = {r.key: r for r in db.measured("d")}
+        # each window between its two probes: sqrt(before x after)
+        assert [rows[f"k{i}"].pace_s * 1e3 for i in range(7)] == pytest.approx(
+            [2.0, 2.0, 2.0, 3.0, 4.5, 3.0, 2.0])
+        follows = {"*": 1.0}  # these timings follow the pace whole
+        usual = {r.key: r.median_s for r in at_usual_pace(list(rows.values()), follows)}
+        assert [usual[f"k{i}"] * 1e3 for i in range(7)] == pytest.approx([1.0] * 7)
+        half = {r.key: r.median_s for r in at_usual_pace(list(rows.values()), {"eltwise": 0.5})}
+        assert half["k4"] * 1e3 == pytest.approx(2.25 * (2.0 / 4.5) ** 0.5)
+        assert at_usual_pace(list(rows.values()), {}) == list(rows.values())  # exponent 0
+        # a config timed without a probe (an older profile) keeps its median
+        db.add_configs("d", [("old", "aten.add.Tensor", "eltwise", "float32", "random",
+                              {"op": "aten.add.Tensor", "i": 99})])
+        db.add_measurement(db.config_ids("d")["old"], run, [3e-3], flushed=True, threads=1,
+                           noisy=False)
+        kept = {r.key: r.median_s for r in at_usual_pace(db.measured("d"), follows)}
+        assert kept["old"] == 3e-3 and kept["k4"] == pytest.approx(1e-3)
+        # too few paces to say what is usual: nothing is moved
+        few = [r for r in db.measured("d") if r.key in ("k0", "k4", "old")]
+        assert [r.median_s for r in at_usual_pace(few, follows)] == [r.median_s for r in few]
+        # each config timed once: no pairs, so no exponent, and nothing moved
+        assert db.paced_pairs("d") == {} and pace_exponents({}) == {"*": 0.0}
+        assert db.measured_at_usual_pace("d") == db.measured("d")
+
+
+def test_each_family_follows_the_pace_as_far_as_its_configs_timed_twice_did():
+    import math
+
+    from kernels_db.store import PACE_MIN_PAIRS, pace_exponents
+
+    rng = __import__("random").Random(0)
+    steps = [math.log(rng.uniform(0.6, 1.7)) for _ in range(PACE_MIN_PAIRS)]
+    pairs = {"conv": [(x, 0.8 * x + rng.gauss(0, 0.01)) for x in steps],
+             "data": [(x, 0.4 * x + rng.gauss(0, 0.01)) for x in steps],
+             "matmul": [(x, 0.4 * x) for x in steps[:3]]}  # too few pairs of its own
+    k = pace_exponents(pairs)
+    assert k["conv"] == pytest.approx(0.8, abs=0.02) and k["data"] == pytest.approx(0.4, abs=0.02)
+    assert k["matmul"] == k["*"] == pytest.approx(0.6, abs=0.03)  # all pairs' slope
+    assert pace_exponents({"x": [(x, -x) for x in steps]})["x"] == 0.0  # never the wrong way
+    assert pace_exponents({"x": [(x, 9 * x) for x in steps]})["x"] == 1.5  # nor past 1.5
+
+
 def test_end_to_end_passes_go_round_the_models(tmp_path):
     """A pass cut short must not leave out the zoo's last models whole (those then got only a
     second-pass timing, in a slow spell, and skewed the correction)."""
