@@ -295,6 +295,15 @@ def test_op_timings_beside_other_work_are_flagged_and_timed_again(tmp_path, monk
     assert timed[-report.zoo_retimed_now - 4:len(timed) - report.zoo_retimed_now] == timed[:4]
 
 
+def _additions(db, n: int) -> tuple[dict[str, int], str]:
+    """Device "d" with `n` add configs k0..k{n-1} and a run: (config ids by key, the run)."""
+    db.upsert_device({"cpu": "test"}, device_id="d", kind="cpu", threads=1)
+    db.add_configs("d", [(f"k{i}", "aten.add.Tensor", "eltwise", "float32", "random",
+                          {"op": "aten.add.Tensor", "i": i}) for i in range(n)])
+    return ({c.key: c.id for c in db.configs("d")},
+            db.start_run("d", budget_s=None, settings={}))
+
+
 def test_the_op_timings_flagged_are_recorded_with_their_reading(tmp_path):
     """The reading goes into each timing's telemetry beside what is there (a GPU's NVML
     snapshots); the configs timed once, beside other work, are claimed for a second timing."""
@@ -302,11 +311,7 @@ def test_the_op_timings_flagged_are_recorded_with_their_reading(tmp_path):
     from profilers.contention import CpuUse
 
     with KernelDB.open(tmp_path / "k.db") as db:
-        db.upsert_device({"cpu": "test"}, device_id="d", kind="cpu", threads=1)
-        db.add_configs("d", [(f"k{i}", "aten.add.Tensor", "eltwise", "float32", "random",
-                              {"op": "aten.add.Tensor", "i": i}) for i in range(3)])
-        ids = {c.key: c.id for c in db.configs("d")}
-        run = db.start_run("d", budget_s=None, settings={})
+        ids, run = _additions(db, 3)
         m = [db.add_measurement(ids[k], run, [1e-5], flushed=True, threads=1, noisy=False,
                                 telemetry={"throttled": False} if k == "k0" else None)
              for k in ("k0", "k1", "k2", "k1")]
@@ -333,19 +338,13 @@ def test_each_metering_window_gets_the_pace_around_it_and_timings_are_brought_to
     from profilers import contention
 
     paces = iter([2.0, 2.0, 2.0, 2.0, 4.5, 4.5, 2.0, 2.0])  # ms: a slow spell around window 4
-    readings = iter(range(1000))
 
     class Meter:  # one window per timing, metered at once
         def stop(self):
-            next(readings)
             return contention.CpuUse(0.0, 2, 0.3)
 
     with KernelDB.open(tmp_path / "k.db") as db:
-        db.upsert_device({"cpu": "test"}, device_id="d", kind="cpu", threads=1)
-        db.add_configs("d", [(f"k{i}", "aten.add.Tensor", "eltwise", "float32", "random",
-                              {"op": "aten.add.Tensor", "i": i}) for i in range(7)])
-        ids = {c.key: c.id for c in db.configs("d")}
-        run = db.start_run("d", budget_s=None, settings={})
+        ids, run = _additions(db, 7)
         monkeypatch.setattr(build, "Meter", Meter)
         metered = build._Metered(db, 1, probe=lambda: next(paces) * 1e-3)
         for i in range(7):  # each config 1 ms at the fast pace, as much slower as the pace
