@@ -693,10 +693,13 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     for case in cases:  # all captures first: nothing but the model runs while it is timed
         captured.append(capture_spec(case.spec, inputs=[parse_input_spec(s) for s in case.inputs]
                                      or None, device_type=dev.kind, dtype=case.dtype))
-    if journal and progress and (line := journal.resumed()):
+    if journal and progress and (line := journal.resumed() or journal.unwritable):
         progress(line)
     refs = drift_references(predictor) if anchor == "session" else []
     before = journal.get("references", "before") if journal else None
+    if before is not None and [(b["spec"], b["inputs"]) for b in before] != [
+            (r.spec, list(r.inputs)) for r in refs]:
+        before = None  # the profile has changed since (quickstart profiles first): re-timed
     if before is None:
         before = _time_references(refs, measure_fn, runs, warmup, dev.threads, dev.kind, progress)
         if journal:

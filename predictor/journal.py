@@ -7,12 +7,15 @@ anchor), then one line per timing as it completes, written and flushed before th
 Running the same evaluation again takes the timings it holds and times only the rest; a finished
 evaluation removes it. A journal of another evaluation, or one older than `MAX_AGE_S` (the
 machine may have changed since), is started over. A line cut off by the interruption is ignored.
+Where the journal cannot be written (a read-only home, a full disk) the evaluation goes on without
+it and says so once (`unwritable`).
 
 Only timings are kept: captures, predictions and the subnormal check are recomputed (seconds).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -41,12 +44,17 @@ class EvalJournal:
         self.key = key
         self.entries: dict[tuple, object] = {}
         self.started_at: float | None = None  # when the journal resumed was begun
+        self.unwritable: str | None = None  # why timings are kept in memory only
+        self._cut_off = False  # the file ends in a line an interruption cut off
         if not fresh:
             self._load(max_age_s)
         if not self.entries:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "w") as f:
-                f.write(json.dumps({"key": key, "started_at": time.time()}) + "\n")
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with open(self.path, "w") as f:
+                    f.write(json.dumps({"key": key, "started_at": time.time()}) + "\n")
+            except OSError as exc:
+                self.unwritable = f"cannot keep timings in {self.path.parent}: {exc.strerror}"
 
     @classmethod
     def for_evaluation(cls, device: str, cases: Sequence, *, runs: int, warmup: int,
@@ -56,14 +64,19 @@ class EvalJournal:
                "anchor": anchor,
                "cases": [[c.spec, list(c.inputs), c.dtype] for c in cases]}
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-        root = Path(directory) if directory else state_home() / "evaluations"
+        try:
+            root = Path(directory) if directory else state_home() / "evaluations"
+        except RuntimeError:  # no home directory to put it under
+            root = Path(".hwlat-evaluations")
         return cls(root / f"{digest}.jsonl", key, fresh=fresh)
 
     def _load(self, max_age_s: float) -> None:
         try:
-            lines = self.path.read_text().splitlines()
+            text = self.path.read_text()
         except OSError:
             return
+        lines = text.splitlines()
+        self._cut_off = bool(text) and not text.endswith("\n")
         try:
             head = json.loads(lines[0])
         except (IndexError, json.JSONDecodeError):
@@ -85,14 +98,20 @@ class EvalJournal:
 
     def add(self, value, *what) -> None:
         """Keep `value` (a Measurement or anything JSON can hold) for `what`, on disk now."""
+        self.entries[what] = value
+        if self.unwritable:
+            return
         measurement = isinstance(value, Measurement)
         line = {"what": list(what), "measurement": measurement,
                 "value": value.to_json() if measurement else value}
-        with open(self.path, "a") as f:
-            f.write(json.dumps(line) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        self.entries[what] = value
+        try:
+            with open(self.path, "a") as f:
+                f.write(("\n" if self._cut_off else "") + json.dumps(line) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            self._cut_off = False
+        except OSError as exc:  # a full disk: the evaluation goes on, unjournaled
+            self.unwritable = f"cannot keep timings in {self.path}: {exc.strerror}"
 
     def resumed(self) -> str | None:
         """One line saying what was taken from an interrupted run (None: nothing)."""
@@ -105,4 +124,5 @@ class EvalJournal:
 
     def finish(self) -> None:
         """The evaluation is done: nothing left to resume."""
-        self.path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self.path.unlink(missing_ok=True)

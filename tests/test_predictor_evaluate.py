@@ -686,3 +686,40 @@ def test_an_interrupted_evaluation_resumes_with_the_timings_it_had_made(predicto
     with pytest.raises(KeyboardInterrupt):
         run(journal(), stop_after=2)
     assert EvalJournal(path, journal().key, max_age_s=0).resumed() is None
+
+
+def test_a_journals_references_of_another_profile_are_timed_again(predictor, tmp_path):
+    """quickstart profiles before its check: the references it picks may change in between."""
+    cases = [EvalCase("torchvision:shufflenet_v2_x0_5", SMALL)]
+    order = []
+
+    def measure(spec, *a):
+        order.append(spec)
+        return timing([0.004] * 3)
+
+    journal = EvalJournal.for_evaluation("dev1", cases, runs=30, warmup=5, rounds=3,
+                                         anchor="session", directory=tmp_path)
+    journal.add([{"spec": "torchvision:alexnet", "inputs": list(SMALL), "then_ms": 1.0,
+                  "now_ms": 1.0, "contended": False}], "references", "before")
+    report = evaluate(None, "dev1", cases, predictor=predictor, measure_fn=measure,
+                      anchor="session", journal=journal)
+    refs = ["torchvision:squeezenet1_1", "torchvision:resnet18"]
+    assert order[:2] == refs and order[-2:] == refs  # re-timed before, and after as always
+    assert [r["spec"] for r in report.drift.references] == refs
+
+
+def test_a_cut_off_line_costs_no_later_timing_and_an_unwritable_journal_is_said(tmp_path):
+    key = {"device": "dev1"}
+    path = tmp_path / "j.jsonl"
+    EvalJournal(path, key).add(timing([1.0]), "round", 0, 0)
+    with open(path, "a") as f:
+        f.write('{"what": ["round", 0, 1], "measur')  # the interruption, mid-line
+    EvalJournal(path, key).add(timing([2.0]), "round", 0, 1)  # resumed once, timed again
+    again = EvalJournal(path, key)  # resumed a second time
+    assert again.get("round", 0, 0).median_s == 1.0 and again.get("round", 0, 1).median_s == 2.0
+    (tmp_path / "file").write_text("not a folder")
+    nowhere = EvalJournal(tmp_path / "file" / "j.jsonl", key)
+    assert "cannot keep timings" in nowhere.unwritable
+    nowhere.add(timing([3.0]), "round", 0, 0)  # kept in memory, the evaluation goes on
+    assert nowhere.get("round", 0, 0).median_s == 3.0
+    nowhere.finish()

@@ -50,7 +50,7 @@ def output_file(ctx, param, value):
             import matplotlib  # noqa: F401
         except ImportError:
             raise click.BadParameter("plotting needs matplotlib; pip install 'hwlat[plot]'") from None
-    return value
+    return str(Path(value).expanduser())  # as checked: `--plot=~/x.png` reaches no shell
 
 
 def input_options(f):
