@@ -785,6 +785,23 @@ class KernelDB:
     def measured(self, device_id: str, *, family: str | None = None,
                  op: str | None = None) -> list[MeasuredConfig]:
         """Every measured config of the device, several timings of one config as one (`_pooled`)."""
+        return [_pooled(rows) for rows in self._timings(device_id, family, op)]
+
+    def measured_at_usual_pace(self, device_id: str) -> list[MeasuredConfig]:
+        """`measured`, each timing brought to the device's usual pace (`at_usual_pace`): what the
+        op models are trained on and the predictor takes for a config profiled exactly."""
+        groups = self._timings(device_id)
+        return at_usual_pace([_pooled(rows) for rows in groups],
+                             pace_exponents(_paced_pairs(groups)))
+
+    def paced_pairs(self, device_id: str) -> dict[str, list[tuple[float, float]]]:
+        """Per op family, over the configs timed twice or more with a pace beside each: (log of
+        the last timing's pace / the first's, log of its median / the first's)."""
+        return _paced_pairs(self._timings(device_id))
+
+    def _timings(self, device_id: str, family: str | None = None,
+                 op: str | None = None) -> list[list[sqlite3.Row]]:
+        """Every timing of the device's configs, one list per config in the order timed."""
         sql = ("SELECT c.id AS config_id, c.key, c.op, c.family, c.dtype, c.source, c.record_json,"
                " m.id AS mid, m.n, m.median_s, m.iqr_s, m.noisy, m.threads, m.flushed,"
                " json_extract(m.telemetry_json, '$.pace_s') AS pace_s"
@@ -797,33 +814,7 @@ class KernelDB:
         groups: dict[int, list[sqlite3.Row]] = {}
         for r in self._query(sql + " ORDER BY c.id, m.id", params):
             groups.setdefault(r["config_id"], []).append(r)
-        return [_pooled(rows) for rows in groups.values()]
-
-    def measured_at_usual_pace(self, device_id: str) -> list[MeasuredConfig]:
-        """`measured`, each timing brought to the device's usual pace (`at_usual_pace`): what the
-        op models are trained on and the predictor takes for a config profiled exactly."""
-        return at_usual_pace(self.measured(device_id), pace_exponents(self.paced_pairs(device_id)))
-
-    def paced_pairs(self, device_id: str) -> dict[str, list[tuple[float, float]]]:
-        """Per op family, over the configs timed twice or more with a pace beside each: (log of
-        the last timing's pace / the first's, log of its median / the first's)."""
-        firsts: dict[int, tuple[str, float, float]] = {}
-        lasts: dict[int, tuple[float, float]] = {}
-        for r in self._query(
-                "SELECT m.config_id, c.family, m.median_s,"
-                " json_extract(m.telemetry_json, '$.pace_s') AS pace_s"
-                " FROM op_configs c JOIN measurements m ON m.config_id = c.id"
-                " WHERE c.device_id = ? AND json_extract(m.telemetry_json, '$.pace_s') > 0"
-                " AND m.median_s > 0 ORDER BY m.config_id, m.id", (device_id,)):
-            if r["config_id"] in firsts:
-                lasts[r["config_id"]] = (r["pace_s"], r["median_s"])
-            else:
-                firsts[r["config_id"]] = (r["family"], r["pace_s"], r["median_s"])
-        pairs: dict[str, list[tuple[float, float]]] = {}
-        for cid, (p2, t2) in lasts.items():
-            family, p1, t1 = firsts[cid]
-            pairs.setdefault(family, []).append((math.log(p2 / p1), math.log(t2 / t1)))
-        return pairs
+        return list(groups.values())
 
     def samples(self, config_id: int) -> list[float]:
         """Every raw sample of a config, in measurement order."""
@@ -928,6 +919,20 @@ def _pooled(rows: list[sqlite3.Row]) -> MeasuredConfig:
         median_s=fastest["median_s"], iqr_s=fastest["iqr_s"], n=sum(r["n"] for r in rows),
         noisy=any(r["noisy"] for r in rows),
         threads=last["threads"], flushed=bool(last["flushed"]), pace_s=fastest["pace_s"])
+
+
+def _paced_pairs(groups: Sequence[list[sqlite3.Row]]) -> dict[str, list[tuple[float, float]]]:
+    """`KernelDB.paced_pairs` from `KernelDB._timings`: each config's first and last timing with
+    a pace beside it."""
+    pairs: dict[str, list[tuple[float, float]]] = {}
+    for rows in groups:
+        paced = [r for r in rows if (r["pace_s"] or 0) > 0 and r["median_s"] > 0]
+        if len(paced) >= 2:
+            first, last = paced[0], paced[-1]
+            pairs.setdefault(first["family"], []).append(
+                (math.log(last["pace_s"] / first["pace_s"]),
+                 math.log(last["median_s"] / first["median_s"])))
+    return pairs
 
 
 PACE_MIN_PAIRS = 30  # configs timed twice beside a probe that a family's exponent needs

@@ -120,7 +120,7 @@ class EvalJournal:
         n = sum(1 for w in self.entries if w[0] == "round")
         begun = time.strftime("%H:%M", time.localtime(self.started_at))
         return (f"resuming the evaluation begun at {begun}: {n} timed round(s) kept "
-                "(--fresh times everything again)")
+                "(`hwlat evaluate --fresh` times everything again)")
 
     def finish(self) -> None:
         """The evaluation is done: nothing left to resume."""

@@ -42,7 +42,8 @@ PROBE_WARMUP = 3  # in the process's first probe only: then it is warm
 PROBE_RUNS = 10
 WINDOW_PROBE_RUNS = 3
 """Passes of the probe between two metering windows of op timings (`kernels_db.build._Metered`):
-~7 ms at 1 thread on the Xeon of 12-06, against windows of a quarter second or more (~3%)."""
+8.4 ms at 1 thread and 5.7 at 2 on the Xeon of 12-06 (with its one warm-up pass; median of 30),
+against windows of a quarter second or more: at most 3.4% of a profile's op timing."""
 SLOW_PACE = 1.2  # a pace this many times the usual marks a slow spell
 PACE_QUANTILE = 25  # the usual pace: this percentile of the device's timings' paces
 MIN_PACES = 5  # fewer paces than this give no usual pace, and no timing is flagged
@@ -50,9 +51,9 @@ CHAIN_BLOCKS, CHAIN_CHANNELS, CHAIN_SIZE = 8, 16, 28  # the chain probe (`chain_
 CHAIN_OPS = 5 * CHAIN_BLOCKS  # its ops (aten calls) per pass
 
 
-def probe(runs: int = 0) -> Callable[[], float]:
+def probe(runs: int = PROBE_RUNS) -> Callable[[], float]:
     """A function that times the probe once more and returns its median seconds (CPU, in this
-    process, at torch's current thread count) over `runs` passes (default `PROBE_RUNS`)."""
+    process, at torch's current thread count) over `runs` passes."""
     import torch
 
     gen = torch.Generator().manual_seed(0)
@@ -64,7 +65,7 @@ def probe(runs: int = 0) -> Callable[[], float]:
             for conv, x in convs:
                 conv(x)
 
-    return _timed(once, runs or PROBE_RUNS)
+    return _timed(once, runs)
 
 
 def chain_probe() -> Callable[[], float]:

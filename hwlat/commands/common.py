@@ -40,17 +40,17 @@ def output_file(ctx, param, value):
 
     if value is None:
         return None
-    folder = Path(value).expanduser().parent
-    if not folder.is_dir():
-        raise click.BadParameter(f"folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (Path(value).exists() and not os.access(value, os.W_OK)):
+    path = Path(value).expanduser()  # as written: `--plot=~/x.png` reaches no shell
+    if not path.parent.is_dir():
+        raise click.BadParameter(f"folder {path.parent} does not exist")
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise click.BadParameter(f"{value} is not writable here")
     if param.name and "plot" in param.name:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
             raise click.BadParameter("plotting needs matplotlib; pip install 'hwlat[plot]'") from None
-    return str(Path(value).expanduser())  # as checked: `--plot=~/x.png` reaches no shell
+    return str(path)
 
 
 def input_options(f):

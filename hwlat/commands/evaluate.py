@@ -74,8 +74,9 @@ def evaluate_cmd(ctx, models, device, threads, holdout_families, batches, inputs
             measure_subnormal_once(db, row.id, row.threads)
     journal = EvalJournal.for_evaluation(row.id, cases, runs=runs, warmup=warmup, rounds=rounds,
                                          anchor=anchor, fresh=fresh)
-    ctx.find_root().obj["on_interrupt"] = ("the timings made so far are kept: run the same "
-                                           "command again to resume")
+    if not journal.unwritable:
+        ctx.find_root().obj["on_interrupt"] = ("the timings made so far are kept: run the same "
+                                               "command again to resume")
     with open_db(ctx, readonly=True) as db:
         report = evaluate(db, row.id, cases, runs=runs, warmup=warmup, rounds=rounds,
                           anchor=anchor, progress=progress, journal=journal)
