@@ -330,10 +330,12 @@ def _time_config(db: KernelDB, row, run_id: str, settings: ProfileSettings, flus
 def measure_configs(db: KernelDB, device_id: str, run_id: str, settings: ProfileSettings,
                     deadline: _Deadline, flusher, threads: int, *, max_priority: int | None = None,
                     below: int = 1, contended: bool = False, earlier_only: bool = False,
-                    progress: ProgressFn | None = None) -> int:
+                    paced: bool = False, progress: ProgressFn | None = None) -> int:
     """Claim and time configs with fewer than `below` measurements (1: unmeasured ones) until
     none are left or the deadline passes; with `contended`, instead the configs timed once,
-    beside other work, a second time (`earlier_only`: those timed so by an earlier run).
+    beside other work, a second time (`earlier_only`: those timed so by an earlier run); with
+    `paced`, also those with fewer than `below` timings paced by the window probe that this run
+    has not timed (`KernelDB.claim_unmeasured`).
 
     Every timing is metered for other processes' CPU use (`_Metered`). A neighbour only slows a
     timing down (at 1 thread on the 2-vCPU VM a memory copy on the other core slowed models
@@ -350,7 +352,8 @@ def measure_configs(db: KernelDB, device_id: str, run_id: str, settings: Profile
     while deadline.left() > 0:
         batch = db.claim_unmeasured(device_id, run_id, settings.claim_batch,
                                     max_priority=max_priority, below=below, contended=contended,
-                                    earlier_than=run_id if earlier_only else None)
+                                    earlier_than=run_id if earlier_only else None,
+                                    paced=paced)
         if not batch:
             break
         for row in batch:
@@ -781,9 +784,9 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
             report.ops_retimed_now += measure_configs(  # this run's, before the zoo's re-timing
                 db, device_id, run_id, settings, deadline, flusher, fp.threads, contended=True,
                 progress=progress)
-            report.zoo_retimed_now = measure_configs(db, device_id, run_id, settings, deadline,
-                                                     flusher, fp.threads, max_priority=0, below=2,
-                                                     progress=progress)
+            report.zoo_retimed_now = measure_configs(  # and any without two paced timings
+                db, device_id, run_id, settings, deadline, flusher, fp.threads, max_priority=0,
+                below=2, paced=window_probe(settings.device) is not None, progress=progress)
             report.phases["zoo_retime_s"] = time.monotonic() - t
             t = time.monotonic()
             report.stream_gbps_now = retime_stream(db, device_id, settings.device, fp.threads)

@@ -681,12 +681,14 @@ class KernelDB:
     def claim_unmeasured(self, device_id: str, run_id: str, limit: int, *,
                          sources: Sequence[str] | None = None, max_priority: int | None = None,
                          order: str = "priority", below: int = 1, contended: bool = False,
-                         earlier_than: str | None = None,
+                         earlier_than: str | None = None, paced: bool = False,
                          claim_ttl_s: float = CLAIM_TTL_S) -> list[ConfigRow]:
         """Atomically claim up to `limit` configs with fewer than `below` measurements (1: none
         yet; 2: a second timing) and no live claim; with `contended`, instead those timed once,
         beside other work (`annotate_cpu_use`), for a second timing (by a run other than
-        `earlier_than`, if given).
+        `earlier_than`, if given). With `paced` (and `below` > 1), also those with fewer than
+        `below` timings that have a pace beside them and none by `run_id`: a profile made before
+        the pace probe gets its timings paired (`paced_pairs`) over its next two runs, not never.
 
         Live claims are those of 'running' runs whose process still exists (provable on this host
         only) and younger than `claim_ttl_s`; all others are taken over. `order` is 'priority'
@@ -703,11 +705,18 @@ class KernelDB:
                        + (" AND m.run_id IS NOT ?)" if earlier_than else ")"))
         elif below <= 1:
             timings = " AND NOT EXISTS (SELECT 1 FROM measurements m WHERE m.config_id = c.id)"
-        else:
+        elif not paced:
             timings = " AND (SELECT COUNT(*) FROM measurements m WHERE m.config_id = c.id) < ?"
+        else:  # the run's own timings are paced when their metering window closes, so they count
+            timings = (" AND ((SELECT COUNT(*) FROM measurements m WHERE m.config_id = c.id) < ?"
+                       " OR ((SELECT COUNT(*) FROM measurements m WHERE m.config_id = c.id AND"
+                       " json_extract(m.telemetry_json, '$.pace_s') > 0) < ? AND NOT EXISTS"
+                       " (SELECT 1 FROM measurements m WHERE m.config_id = c.id"
+                       " AND m.run_id = ?)))")
         sql = ("SELECT c.* FROM op_configs c WHERE c.device_id = ? AND c.skip_reason IS NULL"
                + timings + " AND NOT EXISTS (SELECT 1 FROM claims k WHERE k.config_id = c.id)")
         params: list[Any] = [device_id] + ([int(below)] if below > 1 and not contended else [])
+        params += [int(below), run_id] if below > 1 and paced and not contended else []
         params += [earlier_than] if contended and earlier_than else []
         if sources is not None:
             sql += f" AND c.source IN ({','.join('?' * len(sources))})"

@@ -350,6 +350,32 @@ def test_a_second_timing_claims_measured_configs_until_they_have_two(tmp_path):
         assert {m.key: m.median_s for m in db.measured(DEVICE)}["key0000"] == 1e-5
 
 
+def test_a_paced_second_timing_claims_configs_timed_before_the_pace_probe(tmp_path):
+    with _db(tmp_path) as db:
+        db.add_configs(DEVICE, _items(4, source="zoo"))
+        old = db.start_run(DEVICE, budget_s=None, settings={})
+        configs = db.claim_unmeasured(DEVICE, old, 10)
+        paced = {"pace_s": 0.003}
+        for c, telemetry in zip(configs, ([None, None], [None], [paced, paced], [paced, None])):
+            for t in telemetry:  # key0000: twice unpaced, key0001 once, key0002 twice paced
+                db.add_measurement(c.id, old, [1e-5], flushed=True, threads=1, noisy=False,
+                                   telemetry=t)
+        db.finish_run(old, "done")
+        run = db.start_run(DEVICE, budget_s=None, settings={})
+        assert [c.key for c in db.claim_unmeasured(DEVICE, run, 10, below=2)] == ["key0001"]
+        db.release_claims(run)
+        again = db.claim_unmeasured(DEVICE, run, 10, below=2, paced=True)
+        assert [c.key for c in again] == ["key0000", "key0001", "key0003"]
+        for c in again:  # timed now, its window not closed yet: not claimed a third time
+            db.add_measurement(c.id, run, [1e-5], flushed=True, threads=1, noisy=False)
+        db.release_claims(run)
+        assert db.claim_unmeasured(DEVICE, run, 10, below=2, paced=True) == []
+        db.finish_run(run, "done")
+        later = db.start_run(DEVICE, budget_s=None, settings={})
+        assert [c.key for c in db.claim_unmeasured(DEVICE, later, 10, below=2, paced=True)] == [
+            "key0000", "key0001", "key0003"]
+
+
 def test_claims_of_another_host_wait_for_the_ttl(tmp_path):
     with _db(tmp_path, 4) as db:
         remote = db.start_run(DEVICE, budget_s=None, settings={})
