@@ -863,16 +863,22 @@ class KernelDB:
 
     def state_token(self, device_id: str) -> str:
         """Changes whenever the device's configs, measurements, end-to-end model measurements
-        (the correction's fit) or peaks change (the predictor's memory floor reads the peaks).
+        (the correction's fit) or peaks change (the predictor's memory floor reads the peaks),
+        and when a profile paces its last window of op timings (`annotate_cpu_use`, after they
+        were stored: models trained in between would keep them unpaced; `PACED_TAIL`).
         `hwlat bench` timings are not in it: nothing trained reads them."""
         row = self._query(
             "SELECT (SELECT COUNT(*) || '.' || COALESCE(MAX(id), 0) || '.' ||"
             "        COALESCE(SUM(priority), 0) FROM op_configs WHERE device_id = :d),"
             " (SELECT COUNT(*) || '.' || COALESCE(MAX(m.id), 0) FROM measurements m"
-            "        JOIN op_configs c ON c.id = m.config_id WHERE c.device_id = :d),"
+            "        JOIN op_configs c ON c.id = m.config_id WHERE c.device_id = :d) || '.' ||"
+            " (SELECT COUNT(*) FROM measurements m CROSS JOIN op_configs c ON c.id = m.config_id"
+            "        WHERE m.id > (SELECT MAX(id) FROM measurements) - :tail"
+            "        AND c.device_id = :d AND json_extract(m.telemetry_json, '$.pace_s') > 0),"
             " (SELECT COUNT(*) || '.' || COALESCE(MAX(id), 0) FROM model_measurements"
             "        WHERE device_id = :d AND kind = 'e2e'),"
-            " (SELECT COALESCE(peaks_json, '') FROM devices WHERE id = :d)", {"d": device_id})[0]
+            " (SELECT COALESCE(peaks_json, '') FROM devices WHERE id = :d)",
+            {"d": device_id, "tail": PACED_TAIL})[0]
         peaks = hashlib.sha256((row[3] or "").encode()).hexdigest()[:8]
         return f"{device_id}:{row[0]}:{row[1]}:{row[2]}:{peaks}:{POOLING}"
 
@@ -945,6 +951,9 @@ def _paced_pairs(groups: Sequence[list[sqlite3.Row]]) -> dict[str, list[tuple[fl
 
 
 PACE_MIN_PAIRS = 30  # configs timed twice beside a probe that a family's exponent needs
+PACED_TAIL = 512
+"""The latest timings whose paces `KernelDB.state_token` counts (0.3 ms, in the order of the
+primary key; all 23k of a database took 20 ms): a metering window holds a few dozen."""
 PACE_MAX_EXPONENT = 1.5
 
 

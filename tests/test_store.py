@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kernels_db import KernelDB, default_db_path, schema
+from profilers.contention import CpuUse
 from profilers.errors import DatabaseError, DeviceError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -279,7 +280,14 @@ def test_state_token_changes_on_writes(tmp_path):
         assert db.state_token(DEVICE) == tokens[-1]  # a `hwlat bench` timing retrains nothing
         db.set_peaks(DEVICE, {"gbps": 10.0, "stream_gbps": 8.0})  # the memory floor reads them
         tokens.append(db.state_token(DEVICE))
-        assert len(set(tokens)) == 5
+        mid = db.add_measurement(db.config_ids(DEVICE)["key0001"], None, [1.0], flushed=True,
+                                 threads=1, noisy=False)
+        tokens.append(db.state_token(DEVICE))
+        db.annotate_cpu_use([mid], CpuUse(0.0, 2, 0.5), threads=1)  # no pace: nothing to train
+        assert db.state_token(DEVICE) == tokens[-1]
+        db.annotate_cpu_use([mid], CpuUse(0.0, 2, 0.5), threads=1, pace_s=0.002)
+        tokens.append(db.state_token(DEVICE))  # its window paced after it was stored
+        assert len(set(tokens)) == 7
 
 
 def test_failed_transaction_rolls_back(tmp_path):
@@ -356,7 +364,8 @@ def test_a_paced_second_timing_claims_configs_timed_before_the_pace_probe(tmp_pa
         old = db.start_run(DEVICE, budget_s=None, settings={})
         configs = db.claim_unmeasured(DEVICE, old, 10)
         paced = {"pace_s": 0.003}
-        for c, telemetry in zip(configs, ([None, None], [None], [paced, paced], [paced, None])):
+        for c, telemetry in zip(configs, ([None, None], [None], [paced, paced], [paced, None]),
+                                strict=True):
             for t in telemetry:  # key0000: twice unpaced, key0001 once, key0002 twice paced
                 db.add_measurement(c.id, old, [1e-5], flushed=True, threads=1, noisy=False,
                                    telemetry=t)
