@@ -13,6 +13,13 @@ Each database prices it as `hwlat predict` would, hidden copies split off includ
 Unlike `inmodel_vs_isolated.py` it compares databases, not the model against its ops: the ops
 alone are the ground truth of the op models, whatever the model does around them.
 
+The machine's pace is probed around each op timed alone (`profilers.pace`, as a profile probes its
+metering windows), and the sums are given twice: as timed, and brought to the first database's
+usual pace with its exponents (`kernels_db.store.at_usual_pace`), the level its op models were
+trained at. On the flapping Xeon of 12-06 a pool timed alone at a probe of 3.4 ms ran 5.2-5.8
+ns per window element and at 2.2 ms 3.4-3.5: as timed, its ops read 0.65-0.75x priced where the
+database priced them at its own resnet maxpool's rate.
+
 Written for the sampler's permuted views (`profilers.sampling.STRIDED_SHARE`): the 12-03 14:53
 profile priced XCiT's and ConvNeXt-V2's reductions at 0.23x and 0.14x their time alone, the
 18:19 profile with the views at 0.49x and 0.70x (benchmarks/RESULTS.md, 2026-12-03 evening).
@@ -21,22 +28,23 @@ profile priced XCiT's and ConvNeXt-V2's reductions at 0.23x and 0.14x their time
 from __future__ import annotations
 
 import collections
+import math
 import os
 import sys
 
 import torch
 
 from kernels_db.build import _measure_config
-from kernels_db.store import KernelDB
+from kernels_db.store import KernelDB, pace_exponents
 from predictor.e2e import Predictor
-from profilers import allocator
+from profilers import allocator, pace
 from profilers.capture import capture_spec
 from profilers.fingerprint import cpu_caches
 from profilers.ops import is_free, record_family
 from profilers.specs import parse_input_spec
 from profilers.timer import CacheFlusher, flush_bytes
 
-ALONE = "alone"
+ALONE, PACED = "alone", "alone@usual"
 
 
 def _predictors(labelled: list[str]) -> list[tuple[str, Predictor]]:
@@ -50,10 +58,20 @@ def _predictors(labelled: list[str]) -> list[tuple[str, Predictor]]:
     return out
 
 
+def _usual_pace(labelled: str) -> tuple[float | None, dict[str, float]]:
+    """The usual pace of a LABEL=DB@CACHE's device and its families' pace exponents."""
+    db_path = labelled.partition("=")[2].partition("@")[0]
+    with KernelDB.open(db_path, readonly=True) as db:
+        device = db.list_devices()[0].id
+        return (pace.usual_pace(m.pace_s for m in db.measured(device)),
+                pace_exponents(db.paced_pairs(device)))
+
+
 def _line(family: str, sums: dict[str, float], labels: list[str]) -> str:
-    alone = sums[ALONE]
-    return (f"  {family:8s} {ALONE} {alone * 1e3:8.3f} ms  " + "  ".join(
-        f"{label} {sums[label] * 1e3:8.3f} ({sums[label] / alone:.2f}x)" for label in labels))
+    alone, paced = sums[ALONE], sums[PACED]
+    return (f"  {family:8s} {ALONE} {alone * 1e3:8.3f} ms  {PACED} {paced * 1e3:8.3f}  "
+            + "  ".join(f"{label} {sums[label] * 1e3:8.3f} ({sums[label] / alone:.2f}x,"
+                        f" {sums[label] / paced:.2f}x)" for label in labels))
 
 
 def main(threads: int, families: list[str], labelled: list[str], models: list[str]) -> None:
@@ -62,7 +80,9 @@ def main(threads: int, families: list[str], labelled: list[str], models: list[st
     predictors = _predictors(labelled)
     labels = [label for label, _ in predictors]
     flusher = CacheFlusher(flush_bytes("cpu", threads, cpu_caches().get("l2")))
-    alone: dict[str, float] = {}
+    usual, exponents = _usual_pace(labelled[0])
+    probe = pace.probe(pace.WINDOW_PROBE_RUNS)
+    alone: dict[str, tuple[float, float]] = {}  # key -> (as timed, at the usual pace)
     overall: dict[str, dict[str, float]] = collections.defaultdict(
         lambda: collections.defaultdict(float))
     for item in models:
@@ -77,8 +97,13 @@ def main(threads: int, families: list[str], labelled: list[str], models: list[st
             if is_free(record) or family not in families:
                 continue
             if record.key not in alone:
-                alone[record.key] = _measure_config(record, "cpu", flusher, threads)[0].median_s
-            sums[family][ALONE] += alone[record.key]
+                before = probe()
+                seconds = _measure_config(record, "cpu", flusher, threads)[0].median_s
+                now = math.sqrt(before * probe())
+                alone[record.key] = (seconds, seconds * (usual / now) ** exponents.get(
+                    family, exponents.get("*", 0.0)) if usual else seconds)
+            sums[family][ALONE] += alone[record.key][0]
+            sums[family][PACED] += alone[record.key][1]
             for label, predictor in predictors:
                 sums[family][label] += predictor.estimate(record).p50_s
         print(f"{spec} {inp}")
