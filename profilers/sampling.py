@@ -177,8 +177,8 @@ MAX_RANDOM_GFLOP = 20.0
 MAX_RANDOM_NUMEL = 64 << 20
 
 
-def _fit_spatial(n: int, c: int, hw: int) -> int:
-    while hw > 1 and n * c * hw * hw > MAX_RANDOM_NUMEL:
+def _fit_spatial(n: int, c: int, hw: int, numel: int = MAX_RANDOM_NUMEL) -> int:
+    while hw > 1 and n * c * hw * hw > numel:
         hw //= 2
     return hw
 
@@ -411,12 +411,18 @@ def _rnn(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
     return module, [(batch, steps, size) if kw["batch_first"] else (steps, batch, size)], False
 
 
+POOL_MAX_NUMEL = 16 << 20
+"""A random pool's input at most (a CPU pools ~3.4 ns per window element at 1 thread, whatever
+the caches hold, so a larger one teaches nothing new): with `MAX_RANDOM_NUMEL` two 8x-batch pools
+of 120 random ones took 1.8 and 2.8 s a call, 19 of the 40 s of pool timing."""
+
+
 def _pool(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
     """Pools as classifiers, detectors and segmenters use them, including the stride-1 ones of
     HGNet's stem (2x2 after a one-pixel pad, ceil mode: 1x16x113x113 priced at 1.96 ms against
     3.45 ms alone, 1 thread) and YOLO's spatial pyramid (5x5, padded to keep the size)."""
     c, n = _channels(rng, 16, 1024), rng.choice((1, 8))
-    hw = _fit_spatial(n, c, _spatial(rng) * 2 + rng.choice((0, 0, 1)))
+    hw = _fit_spatial(n, c, _spatial(rng) * 2 + rng.choice((0, 0, 1)), POOL_MAX_NUMEL)
     mod = rng.choice((nn.MaxPool2d(3, 2, 1), nn.MaxPool2d(2, 2), nn.AvgPool2d(2, 2),
                       nn.MaxPool2d(3, 2, ceil_mode=True), nn.MaxPool2d(3, 1, 1, ceil_mode=True),
                       nn.AvgPool2d(3, 1, 1), nn.AdaptiveAvgPool2d(1), nn.AdaptiveAvgPool2d(7),
@@ -870,7 +876,8 @@ GENERATORS: dict[str, Callable[[random.Random], Drawn]] = {
 """Random-config generators, one per op family (see `Drawn`)."""
 
 
-DRAWS: dict[str, int] = {"eltwise": 4, "data": 4, "reduce": 2, "rnn": 2, "norm": 2, "conv": 2}
+DRAWS: dict[str, int] = {"eltwise": 4, "data": 4, "reduce": 2, "rnn": 2, "norm": 2, "conv": 2,
+                         "pool": 3}
 """Random configs a family draws, as a multiple of the profile's count per family: the families
 that share one model across many ops (told apart by `ops.op_code`) need several configs of each
 op, and their ops are cheap to time. At one multiple (60 draws), a 10-minute profile held 1-4
@@ -881,7 +888,11 @@ Recurrent layers have only random configs (no zoo model has one): 58 of them pri
 1609 norm configs of a profile (one multiple), the model priced them at 0.26-0.67x their time
 alone (nf_resnet50, 12-04 evening). Layout copies draw four times: a 10-minute profile held 65
 transposing copies among 1138 data configs, 4 of them gathering 1 KiB or more apart, and priced
-pvt_v2_b0's NHWC-to-NCHW copies at 0.21-0.31x their time alone (12-05)."""
+pvt_v2_b0's NHWC-to-NCHW copies at 0.21-0.31x their time alone (12-05). Pools draw three times:
+at one multiple a 10-minute 1-thread profile held two dense 3x3 stride-1 max pools (Inception's
+branch pools; half of googlenet's op time at batch 1), and priced googlenet's pools at 0.74-0.79x
+their time alone at the profile's usual pace; 119 more random pools took them to 0.80-0.92x and
+inception_v3's from 1.08-1.11x to 1.00-1.02x (`benchmarks/databases_vs_alone.py`, 12-06)."""
 
 
 def draws(family: str, n: int) -> int:

@@ -71,7 +71,7 @@ def test_random_configs_stay_within_the_per_config_caps():
                  * math.prod(spatial) / math.prod(conv.stride))
         assert flops <= sampling.MAX_RANDOM_GFLOP * 1e9 * 1.01 or spatial[-1] <= 4
         pool, [shape], _ = sampling.GENERATORS["pool"](rng)
-        assert shape[0] * shape[1] * shape[2] * shape[3] <= sampling.MAX_RANDOM_NUMEL or shape[2] <= 2
+        assert shape[0] * shape[1] * shape[2] * shape[3] <= sampling.POOL_MAX_NUMEL or shape[2] <= 2
     assert conv_dims == {2, 3}  # video convs are drawn too
     linears = [getattr(m, "fc", m) for m, _, _ in
                (sampling.GENERATORS["matmul"](rng) for _ in range(300))]  # fc: read permuted
