@@ -35,7 +35,7 @@ import sys
 import torch
 
 from kernels_db.build import _measure_config
-from kernels_db.store import KernelDB, pace_exponents
+from kernels_db.store import KernelDB, pace_exponents, to_usual_pace
 from predictor.e2e import Predictor
 from profilers import allocator, pace
 from profilers.capture import capture_spec
@@ -100,8 +100,9 @@ def main(threads: int, families: list[str], labelled: list[str], models: list[st
                 before = probe()
                 seconds = _measure_config(record, "cpu", flusher, threads)[0].median_s
                 now = math.sqrt(before * probe())
-                alone[record.key] = (seconds, seconds * (usual / now) ** exponents.get(
-                    family, exponents.get("*", 0.0)) if usual else seconds)
+                alone[record.key] = (seconds, seconds * to_usual_pace(now, usual, family,
+                                                                      exponents)
+                                     if usual else seconds)
             sums[family][ALONE] += alone[record.key][0]
             sums[family][PACED] += alone[record.key][1]
             for label, predictor in predictors:

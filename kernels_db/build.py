@@ -334,8 +334,8 @@ def measure_configs(db: KernelDB, device_id: str, run_id: str, settings: Profile
     """Claim and time configs with fewer than `below` measurements (1: unmeasured ones) until
     none are left or the deadline passes; with `contended`, instead the configs timed once,
     beside other work, a second time (`earlier_only`: those timed so by an earlier run); with
-    `paced`, also those with fewer than `below` timings paced by the window probe that this run
-    has not timed (`KernelDB.claim_unmeasured`).
+    `paced`, where the window probe runs (a CPU), also those with fewer than `below` timings
+    paced by it that this run has not timed (`KernelDB.claim_unmeasured`).
 
     Every timing is metered for other processes' CPU use (`_Metered`). A neighbour only slows a
     timing down (at 1 thread on the 2-vCPU VM a memory copy on the other core slowed models
@@ -353,7 +353,7 @@ def measure_configs(db: KernelDB, device_id: str, run_id: str, settings: Profile
         batch = db.claim_unmeasured(device_id, run_id, settings.claim_batch,
                                     max_priority=max_priority, below=below, contended=contended,
                                     earlier_than=run_id if earlier_only else None,
-                                    paced=paced)
+                                    paced=paced and metered.probe is not None)
         if not batch:
             break
         for row in batch:
@@ -786,7 +786,7 @@ def profile_device(db: KernelDB, settings: ProfileSettings,
                 progress=progress)
             report.zoo_retimed_now = measure_configs(  # and any without two paced timings
                 db, device_id, run_id, settings, deadline, flusher, fp.threads, max_priority=0,
-                below=2, paced=window_probe(settings.device) is not None, progress=progress)
+                below=2, paced=True, progress=progress)
             report.phases["zoo_retime_s"] = time.monotonic() - t
             t = time.monotonic()
             report.stream_gbps_now = retime_stream(db, device_id, settings.device, fp.threads)

@@ -988,9 +988,15 @@ def at_usual_pace(rows: Sequence[MeasuredConfig],
     usual = pace.usual_pace(r.pace_s for r in rows)
     if usual is None:
         return list(rows)
-    return [replace(r, median_s=r.median_s * (usual / r.pace_s) ** exponents.get(
-                r.family, exponents.get("*", 0.0)))
+    return [replace(r, median_s=r.median_s * to_usual_pace(r.pace_s, usual, r.family, exponents))
             if r.pace_s else r for r in rows]
+
+
+def to_usual_pace(pace_s: float, usual_s: float, family: str,
+                  exponents: dict[str, float]) -> float:
+    """What a timing of `family` taken at `pace_s` is multiplied by to read at `usual_s`:
+    (usual / pace) to the family's exponent (`pace_exponents`; "*": any other family's)."""
+    return (usual_s / pace_s) ** exponents.get(family, exponents.get("*", 0.0))
 
 
 def _model_row(r: sqlite3.Row) -> ModelMeasurement:

@@ -892,7 +892,8 @@ pvt_v2_b0's NHWC-to-NCHW copies at 0.21-0.31x their time alone (12-05). Pools dr
 at one multiple a 10-minute 1-thread profile held two dense 3x3 stride-1 max pools (Inception's
 branch pools; half of googlenet's op time at batch 1), and priced googlenet's pools at 0.74-0.79x
 their time alone at the profile's usual pace; 119 more random pools took them to 0.80-0.92x and
-inception_v3's from 1.08-1.11x to 1.00-1.02x (`benchmarks/databases_vs_alone.py`, 12-06)."""
+inception_v3's from 1.08-1.11x to 1.00-1.02x (`benchmarks/add_random.py`, `databases_vs_alone.py`;
+12-06)."""
 
 
 def draws(family: str, n: int) -> int:
