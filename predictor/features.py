@@ -73,13 +73,31 @@ def feature_names(family: str) -> list[str]:
     return [*names, OP_LEVEL] if family in OP_LEVEL_FAMILIES else names
 
 
+SERIAL_BYTES = ("reorder_bytes",)
+"""Path features counting bytes moved before the kernel starts, in series with it (oneDNN's
+per-call weight reorder, `ops.conv_path_features`). The roofline the models learn a residual over
+adds them at the device's copy bandwidth: overlapped with nothing, they are not under the max of
+compute and memory time. Trees do not extrapolate from a raw feature, and a profile holds few
+batch-1 convs with big weights: on the 21:21 1-thread profile of 12-06 (4 such convs over 16 MB)
+wide_resnet101_2's 1024->1024 3x3 convs on 7x7 (37.7 MB of weights, 16.1 ms alone) were priced at
+10.9 ms without the term and 13.8 with it; the model's conv sum went from 0.87x to 0.90x its ops
+alone (`benchmarks/databases_vs_alone.py`)."""
+
+
+def serial_bytes(values: dict, family: str) -> float:
+    """The `SERIAL_BYTES` of one feature vector (0 where unknown or not on the family)."""
+    total = (values.get(f"{family}.{name}", math.nan) for name in SERIAL_BYTES)
+    return sum(v for v in total if math.isfinite(v))
+
+
 def feature_row(record: OpRecord, family: str, peaks: dict | None,
                 threads: int | None = None) -> list[float]:
     peaks = peaks_or_nominal(peaks)
     values = ops.features(record, peaks, threads)
     row = [float(values.get(name, math.nan)) for name in ops.feature_names(family)]
     compute_s, memory_s = ops.roofline_parts(record, peaks)
-    row += [math.log(max(compute_s, memory_s, _MIN_S)), math.log(max(compute_s, _MIN_S)),
+    serial_s = serial_bytes(values, family) / (peaks["gbps"] * 1e9)
+    row += [math.log(max(compute_s, memory_s, _MIN_S) + serial_s), math.log(max(compute_s, _MIN_S)),
             math.log(max(memory_s, _MIN_S)), float(compute_s >= memory_s)]
     if family in OP_LEVEL_FAMILIES:
         row.append(math.nan)  # OP_LEVEL: the family model's to fill

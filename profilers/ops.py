@@ -273,14 +273,24 @@ def conv_path_features(record: OpRecord, threads: int | None) -> Features:
     the same FLOPs (1 thread here: a 3x3x3 conv3d 16->16 on 1x16x8x56x56 32.7 ms against 3.5 ms a
     sample at batch 2; a 3x3 conv 256->256 on 7x7 0.74 against 0.31 ms). Given to the conv model,
     its grouped-CV MAPE went from 15.3% to 12.8% (1 thread, 3306 configs) and 22.4% to 20.9%
-    (2 threads, 2823 configs)."""
+    (2 threads, 2823 configs).
+
+    `reorder_bytes`: what oneDNN's per-call weight reorder moves (reads the plain-format weights,
+    writes them blocked: twice their bytes), 0 on the native path. Eager PyTorch keeps no blocked
+    copy, so every call pays it, at about the device's copy bandwidth (ONEDNN_VERBOSE, 1 thread,
+    10.5 GB/s copies: 0.13-0.23 ms a MB of 3x3-7x7 weights, 0.11 for 1x1; 2 threads, 20.4 GB/s:
+    0.05-0.13). It dominates a batch-1 conv with big weights on a small image: 1024->1024 3x3 on
+    7x7, 0.93 GFLOP and 37.7 MB of weights, reordered in 7.6 ms of its 14.6."""
     arg = record.args[0] if record.args else None
     if threads is None or not isinstance(arg, TensorSpec) or arg.device != "cpu":
-        return {"native_path": float("nan")}
+        return {"native_path": float("nan"), "reorder_bytes": float("nan")}
     base = split_op_name(record.op)[1]
     if base.startswith(("slow_", "thnn_", "mkldnn_")):
-        return {"native_path": float(not base.startswith("mkldnn_"))}
-    return {"native_path": _native_conv(record, threads)}
+        native = float(not base.startswith("mkldnn_"))
+    else:
+        native = _native_conv(record, threads)
+    w = bound(record)["weight"]
+    return {"native_path": native, "reorder_bytes": (1.0 - native) * 2.0 * w.numel * w.itemsize}
 
 
 def _native_conv(record: OpRecord, threads: int) -> float:
@@ -1269,7 +1279,7 @@ _FAMILY_FEATURES: dict[str, tuple[str, ...]] = {
     "conv": ("N", "Cin", "Cout", "D", "H", "W", "Hout", "Wout", "kh", "kw", "kd", "stride_h",
              "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w", "groups", "depthwise",
              "channels_per_group", "transposed", "has_bias", "spatial_dims",
-             "weight_channels_last", "Cin_align", "Cout_align", "native_path"),
+             "weight_channels_last", "Cin_align", "Cout_align", "native_path", "reorder_bytes"),
     "matmul": ("batch", "M", "N", "K", "has_bias", "a_transposed", "b_transposed", "N_align",
                "K_align"),
     "attention": ("batch", "heads", "Lq", "Lk", "head_dim", "head_dim_v", "causal", "has_mask",

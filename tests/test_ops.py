@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -109,8 +112,11 @@ def test_conv_native_path_is_the_kernel_aten_runs(x, w, kw):
     for threads in (1, 2):
         native = ops.features(rec, threads=threads)["conv.native_path"]
         assert native == float(_ran_native(xt, wt, threads, **kw)), threads
+        reorder = ops.features(rec, threads=threads)["conv.reorder_bytes"]
+        assert reorder == (0.0 if native else 2.0 * math.prod(w) * 4), threads
     assert torch.get_num_threads() == threads_before  # asking ATen changes nothing
     assert math.isnan(ops.features(rec)["conv.native_path"])  # no thread count: unknown
+    assert math.isnan(ops.features(rec)["conv.reorder_bytes"])
     on_gpu = replace(rec, args=(replace(rec.args[0], device="cuda"), *rec.args[1:]))
     assert math.isnan(ops.features(on_gpu, threads=1)["conv.native_path"])
 
@@ -429,3 +435,25 @@ def test_a_layer_norm_on_transposed_tokens_splits_into_the_copy_aten_makes_and_t
     contiguous = next(r for r in record_real(norm, [x.contiguous()])
                       if ops.family_of(r.op) == "norm")
     assert ops.dense_input_split(contiguous) is None
+
+
+_REORDER_SCRIPT = """
+import torch, torch.nn.functional as F
+torch.set_num_threads(1)
+x, w = torch.randn({x}), torch.randn({w})
+for _ in range(3):
+    F.conv2d(x, w, padding=1)
+"""
+
+
+@pytest.mark.parametrize(("x", "w", "native"), [
+    ((1, 512, 7, 7), (512, 512, 3, 3), False), ((1, 256, 7, 7), (256, 256, 3, 3), True)])
+def test_onednn_convs_reorder_their_weights_every_call(x, w, native):
+    """What `reorder_bytes` counts: oneDNN reorders plain weights to its blocked format on every
+    eager call (ONEDNN_VERBOSE lists each reorder with its dims); the native path does not."""
+    run = subprocess.run([sys.executable, "-c", _REORDER_SCRIPT.format(x=x, w=w)],
+                         env={**os.environ, "ONEDNN_VERBOSE": "1"}, capture_output=True,
+                         text=True, timeout=120, check=True)
+    dims = "x".join(map(str, w))
+    reorders = [ln for ln in run.stdout.splitlines() if ",reorder," in ln and f",{dims}," in ln]
+    assert len(reorders) == (0 if native else 3), run.stdout[-2000:]

@@ -73,6 +73,22 @@ def test_feature_matrix_is_the_registry_features_plus_device_columns(convs):
     assert np.allclose(np.exp(rf), [roofline_s(r, PEAKS) for r in convs])
 
 
+def test_the_roofline_column_adds_onednns_weight_reorder_in_series(convs):
+    """Where the thread count says oneDNN runs a conv, its weights' reorder (read and written
+    once a call) is added to the roofline at the copy bandwidth; on ATen's own path, nothing."""
+    names = feature_names("conv")
+    x = feature_matrix(convs, "conv", PEAKS, threads=1)
+    reorder = x[:, names.index("conv.reorder_bytes")]
+    native = x[:, names.index("conv.native_path")]
+    assert set(native) == {0.0, 1.0}  # the sample holds both paths
+    weights = np.array([ops.bound(r)["weight"].numel * ops.bound(r)["weight"].itemsize
+                        for r in convs])
+    assert np.array_equal(reorder, np.where(native == 1.0, 0.0, 2.0 * weights))
+    expected = [roofline_s(r, PEAKS) + b / (PEAKS["gbps"] * 1e9)
+                for r, b in zip(convs, reorder, strict=True)]
+    assert np.allclose(np.exp(x[:, names.index("rf_log_roofline_s")]), expected)
+
+
 def test_roofline_accepts_both_peak_spellings_and_missing_peaks(convs):
     r = convs[0]
     as_ops = {"peak_gflops": PEAKS["gflops"], "gbps": PEAKS["gbps"]}
