@@ -20,6 +20,12 @@ trained at. On the flapping Xeon of 12-06 a pool timed alone at a probe of 3.4 m
 ns per window element and at 2.2 ms 3.4-3.5: as timed, its ops read 0.65-0.75x priced where the
 database priced them at its own resnet maxpool's rate.
 
+Two settings in the environment make it compare code as well as databases:
+- ALONE_TIMES=FILE: the times alone (at the usual pace and as timed) are read from FILE and the
+  ones missing are timed and written back, so a second run from another checkout (a feature
+  change) prices the very same timings, with no minute of the machine between them;
+- TOP=N: under each model, its N ops with the most time alone, each with every database's price.
+
 Written for the sampler's permuted views (`profilers.sampling.STRIDED_SHARE`): the 12-03 14:53
 profile priced XCiT's and ConvNeXt-V2's reductions at 0.23x and 0.14x their time alone, the
 18:19 profile with the views at 0.49x and 0.70x (benchmarks/RESULTS.md, 2026-12-03 evening).
@@ -28,9 +34,11 @@ profile priced XCiT's and ConvNeXt-V2's reductions at 0.23x and 0.14x their time
 from __future__ import annotations
 
 import collections
+import json
 import math
 import os
 import sys
+from pathlib import Path
 
 import torch
 
@@ -67,6 +75,12 @@ def _usual_pace(labelled: str) -> tuple[float | None, dict[str, float]]:
                 pace_exponents(db.paced_pairs(device)))
 
 
+def _describe(record) -> str:
+    """The op and its tensor arguments' shapes, e.g. convolution 1x1024x7x7 1024x1024x3x3."""
+    shapes = " ".join("x".join(map(str, t.shape)) for t in record.inputs[:2])
+    return f"{record.op.split('.')[1]} {shapes}"
+
+
 def _line(family: str, sums: dict[str, float], labels: list[str]) -> str:
     alone, paced = sums[ALONE], sums[PACED]
     return (f"  {family:8s} {ALONE} {alone * 1e3:8.3f} ms  {PACED} {paced * 1e3:8.3f}  "
@@ -82,7 +96,11 @@ def main(threads: int, families: list[str], labelled: list[str], models: list[st
     flusher = CacheFlusher(flush_bytes("cpu", threads, cpu_caches().get("l2")))
     usual, exponents = _usual_pace(labelled[0])
     probe = pace.probe(pace.WINDOW_PROBE_RUNS)
+    times_file = os.environ.get("ALONE_TIMES")
+    top = int(os.environ.get("TOP", "0"))
     alone: dict[str, tuple[float, float]] = {}  # key -> (as timed, at the usual pace)
+    if times_file and Path(times_file).exists():
+        alone = {k: tuple(v) for k, v in json.loads(Path(times_file).read_text()).items()}
     overall: dict[str, dict[str, float]] = collections.defaultdict(
         lambda: collections.defaultdict(float))
     for item in models:
@@ -92,6 +110,7 @@ def main(threads: int, families: list[str], labelled: list[str], models: list[st
             predictor.estimate_ops(captured.ops)
         sums: dict[str, dict[str, float]] = collections.defaultdict(
             lambda: collections.defaultdict(float))
+        per_op: dict[str, list] = {}  # key -> [record, calls]
         for record in captured.ops:
             family = record_family(record)
             if is_free(record) or family not in families:
@@ -103,6 +122,7 @@ def main(threads: int, families: list[str], labelled: list[str], models: list[st
                 alone[record.key] = (seconds, seconds * to_usual_pace(now, usual, family,
                                                                       exponents)
                                      if usual else seconds)
+            per_op.setdefault(record.key, [record, 0])[1] += 1
             sums[family][ALONE] += alone[record.key][0]
             sums[family][PACED] += alone[record.key][1]
             for label, predictor in predictors:
@@ -112,6 +132,14 @@ def main(threads: int, families: list[str], labelled: list[str], models: list[st
             print(_line(family, by_label, labels))
             for label, seconds in by_label.items():
                 overall[family][label] += seconds
+        for record, calls in sorted(per_op.values(), key=lambda rc: -rc[1] * alone[rc[0].key][1])[:top]:
+            paced = alone[record.key][1]
+            print(f"    {_describe(record):60s} x{calls:<3d} {PACED} {paced * 1e3:8.3f} ms  "
+                  + "  ".join(f"{label} {p.estimate(record).p50_s * 1e3:8.3f} "
+                              f"({p.estimate(record).p50_s / paced:.2f}x)"
+                              for label, p in predictors))
+        if times_file:
+            Path(times_file).write_text(json.dumps(alone))
         sys.stdout.flush()
     print("all models")
     for family in families:
