@@ -78,10 +78,11 @@ SERIAL_BYTES = ("reorder_bytes",)
 per-call weight reorder, `ops.conv_path_features`). The roofline the models learn a residual over
 adds them at the device's copy bandwidth: overlapped with nothing, they are not under the max of
 compute and memory time. Trees do not extrapolate from a raw feature, and a profile holds few
-batch-1 convs with big weights: on the 21:21 1-thread profile of 12-06 (4 such convs over 16 MB)
-wide_resnet101_2's 1024->1024 3x3 convs on 7x7 (37.7 MB of weights, 16.1 ms alone) were priced at
-10.9 ms without the term and 13.8 with it; the model's conv sum went from 0.87x to 0.90x its ops
-alone (`benchmarks/databases_vs_alone.py`)."""
+batch-1 convs with big weights (the 21:21 1-thread profile of 12-06: two over 16 MB). On it,
+wide_resnet50_2's 1024->1024 3x3 convs on 1x1024x7x7 (37.7 MB of weights, 16.2 ms alone) were
+priced at 10.9 ms without the term and 13.8 with it; its conv sums at 1x224 and 1x160 went from
+0.84x and 0.86x its convs alone to 0.89x and 0.95x (`benchmarks/databases_vs_alone.py`;
+benchmarks/RESULTS.md, 2026-12-06 midnight)."""
 
 
 def serial_bytes(values: dict, family: str) -> float:
