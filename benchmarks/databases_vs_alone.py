@@ -44,7 +44,7 @@ import torch
 
 from kernels_db.build import _measure_config
 from kernels_db.store import KernelDB, pace_exponents, to_usual_pace
-from predictor.e2e import Predictor
+from predictor.e2e import Predictor, _shapes
 from profilers import allocator, pace
 from profilers.capture import capture_spec
 from profilers.fingerprint import cpu_caches
@@ -73,12 +73,6 @@ def _usual_pace(labelled: str) -> tuple[float | None, dict[str, float]]:
         device = db.list_devices()[0].id
         return (pace.usual_pace(m.pace_s for m in db.measured(device)),
                 pace_exponents(db.paced_pairs(device)))
-
-
-def _describe(record) -> str:
-    """The op and its tensor arguments' shapes, e.g. convolution 1x1024x7x7 1024x1024x3x3."""
-    shapes = " ".join("x".join(map(str, t.shape)) for t in record.inputs[:2])
-    return f"{record.op.split('.')[1]} {shapes}"
 
 
 def _line(family: str, sums: dict[str, float], labels: list[str]) -> str:
@@ -132,12 +126,13 @@ def main(threads: int, families: list[str], labelled: list[str], models: list[st
             print(_line(family, by_label, labels))
             for label, seconds in by_label.items():
                 overall[family][label] += seconds
-        for record, calls in sorted(per_op.values(), key=lambda rc: -rc[1] * alone[rc[0].key][1])[:top]:
+        heaviest = sorted(per_op.values(), key=lambda rc: -rc[1] * alone[rc[0].key][1])[:top]
+        for record, calls in heaviest:
             paced = alone[record.key][1]
-            print(f"    {_describe(record):60s} x{calls:<3d} {PACED} {paced * 1e3:8.3f} ms  "
-                  + "  ".join(f"{label} {p.estimate(record).p50_s * 1e3:8.3f} "
-                              f"({p.estimate(record).p50_s / paced:.2f}x)"
-                              for label, p in predictors))
+            priced = [(label, p.estimate(record).p50_s) for label, p in predictors]
+            print(f"    {record.op} {_shapes(record):50s} x{calls:<3d} {PACED} {paced * 1e3:8.3f} ms"
+                  "  " + "  ".join(f"{label} {s * 1e3:8.3f} ({s / paced:.2f}x)"
+                                   for label, s in priced))
         if times_file:
             Path(times_file).write_text(json.dumps(alone))
         sys.stdout.flush()
