@@ -642,26 +642,34 @@ def _tf32_settings(device: str) -> dict | None:
 
 def retime_stream(db: KernelDB, device_id: str, device: str, threads: int | None,
                   measure: Callable[[str, int | None], float | None] | None = None,
-                  measure_batched: Callable[[str, int | None], float | None] | None = None
+                  measure_batched: Callable[[str, int | None], float | None] | None = None,
+                  measure_reorder: Callable[[str, int | None], float | None] | None = None
                   ) -> float | None:
-    """Time a CPU's weight-reading bandwidths once more (~3 s) and keep the fastest of each in
-    its peaks: the weight-streaming one (`fingerprint.measure_stream_gbps`) and the batched one
-    (`fingerprint.measure_batched_gbps`). The predictor floors weights at them
-    (`Predictor._memory_floor_s`, `Predictor._cold_rate`), and one timing in a slow spell of the
+    """Time a CPU's weight-reading bandwidths once more (~4 s) and keep the fastest of each in
+    its peaks: the weight-streaming one (`fingerprint.measure_stream_gbps`), the batched one
+    (`fingerprint.measure_batched_gbps`) and oneDNN's conv weight reorder
+    (`fingerprint.measure_reorder_gbps`). The predictor floors weights at the first two
+    (`Predictor._memory_floor_s`, `Predictor._cold_rate`) and adds the reorder to a conv's
+    roofline at the third (`predictor.features.SERIAL_BYTES`), and one timing in a slow spell of the
     machine (a stream of 12.4 GB/s where 18-21 minutes later gave 18.1-18.4) would make that
     floor a worst case. Like an op config's timings, the fastest is kept: interference only
     slows a timing down. A device profiled before either was measured gets it here. The peaks
     (part of the state token) are written only when one rises, so the op models are refitted
     only for a floor that moved. Returns the stream's new timing (None: no peaks, a GPU, or
     the timing failed; the profile goes on without it)."""
-    from profilers.fingerprint import measure_batched_gbps, measure_stream_gbps
+    from profilers.fingerprint import (
+        measure_batched_gbps,
+        measure_reorder_gbps,
+        measure_stream_gbps,
+    )
 
     peaks = db.get_device(device_id).peaks
     if not peaks:
         return None
     timed = {}
     for key, fn in (("stream_gbps", measure or measure_stream_gbps),
-                    ("batched_gbps", measure_batched or measure_batched_gbps)):
+                    ("batched_gbps", measure_batched or measure_batched_gbps),
+                    ("reorder_gbps", measure_reorder or measure_reorder_gbps)):
         try:
             timed[key] = fn(device, threads)
         except (RuntimeError, MemoryError):  # e.g. no room for the 1 GiB buffer: keep what is

@@ -35,11 +35,13 @@ def peaks_or_nominal(peaks: dict | None) -> dict:
     """
     gflops = (peaks or {}).get("gflops") or (peaks or {}).get("peak_gflops")
     gbps = (peaks or {}).get("gbps")
+    reorder = (peaks or {}).get("reorder_gbps")
     if not gflops or not gbps:
-        gflops, gbps = NOMINAL_PEAKS["gflops"], NOMINAL_PEAKS["gbps"]
+        gflops, gbps, reorder = NOMINAL_PEAKS["gflops"], NOMINAL_PEAKS["gbps"], None
     if "float32" not in gflops:
         gflops = {**gflops, "float32": max(gflops.values())}
-    return {"gflops": gflops, "peak_gflops": gflops, "gbps": float(gbps)}
+    return {"gflops": gflops, "peak_gflops": gflops, "gbps": float(gbps),
+            "reorder_gbps": reorder}
 
 
 def roofline_s(record: OpRecord, peaks: dict | None) -> float:
@@ -76,13 +78,20 @@ def feature_names(family: str) -> list[str]:
 SERIAL_BYTES = ("reorder_bytes",)
 """Path features counting bytes moved before the kernel starts, in series with it (oneDNN's
 per-call weight reorder, `ops.conv_path_features`). The roofline the models learn a residual over
-adds them at the device's copy bandwidth: overlapped with nothing, they are not under the max of
-compute and memory time. Trees do not extrapolate from a raw feature, and a profile holds few
-batch-1 convs with big weights (the 21:21 1-thread profile of 12-06: two over 16 MB). On it,
+adds them at the rate the profile measured that reorder at (`serial_gbps`): overlapped with
+nothing, they are not under the max of compute and memory time. Trees do not extrapolate from a
+raw feature, and a profile holds few batch-1 convs with big weights (the 21:21 1-thread profile
+of 12-06: two over 16 MB). On it,
 wide_resnet50_2's 1024->1024 3x3 convs on 1x1024x7x7 (37.7 MB of weights, 16.2 ms alone) were
 priced at 10.9 ms without the term and 13.8 with it; its conv sums at 1x224 and 1x160 went from
 0.84x and 0.86x its convs alone to 0.89x and 0.95x (`benchmarks/databases_vs_alone.py`;
 benchmarks/RESULTS.md, 2026-12-06 midnight)."""
+
+
+def serial_gbps(peaks: dict) -> float:
+    """The rate `SERIAL_BYTES` move at: oneDNN's measured weight reorder
+    (`fingerprint.measure_reorder_gbps`), else (older profiles, a torch without it) the copy's."""
+    return peaks.get("reorder_gbps") or peaks["gbps"]
 
 
 def serial_bytes(values: dict, family: str) -> float:
@@ -97,7 +106,7 @@ def feature_row(record: OpRecord, family: str, peaks: dict | None,
     values = ops.features(record, peaks, threads)
     row = [float(values.get(name, math.nan)) for name in ops.feature_names(family)]
     compute_s, memory_s = ops.roofline_parts(record, peaks)
-    serial_s = serial_bytes(values, family) / (peaks["gbps"] * 1e9)
+    serial_s = serial_bytes(values, family) / (serial_gbps(peaks) * 1e9)
     row += [math.log(max(compute_s, memory_s, _MIN_S) + serial_s), math.log(max(compute_s, _MIN_S)),
             math.log(max(memory_s, _MIN_S)), float(compute_s >= memory_s)]
     if family in OP_LEVEL_FAMILIES:

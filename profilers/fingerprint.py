@@ -369,9 +369,10 @@ def measure_peaks(
     dtypes: tuple[str, ...] = ("float32",),
     budget_s: float = 5.0,
 ) -> dict:
-    """Achievable matmul GFLOP/s per dtype, copy GB/s (read + write), weight-streaming GB/s and
-    the rate a batched product reads evicted weights (`measure_batched_gbps`, ~2 s whatever the
-    budget: each timing follows a write far beyond the LLC), as medians.
+    """Achievable matmul GFLOP/s per dtype, copy GB/s (read + write), weight-streaming GB/s, the
+    rate a batched product reads evicted weights (`measure_batched_gbps`, ~2 s whatever the
+    budget: each timing follows a write far beyond the LLC) and the rate oneDNN reorders a conv's
+    evicted weights (`measure_reorder_gbps`, ~1 s more), as medians.
 
     Matrix sizes grow until one matmul is long enough to time well within the budget; the copy
     and the stream are far beyond the last-level cache so they measure memory, not cache,
@@ -396,6 +397,7 @@ def measure_peaks(
         copy_gbps, copy = _copy_gbps(dev, budget_s * 0.125)
         stream_gbps, stream = _stream_gbps(dev, budget_s * 0.125)
         batched_gbps = measure_batched_gbps(dev, None, budget_s * 0.125)
+        reorder_gbps = measure_reorder_gbps(dev, None, budget_s * 0.125)
         llc_bytes = llc_from_sweep(_read_sweep(dev, budget_s * 0.125)) if kind == "cpu" else None
         # what a subnormal value costs this CPU (GPUs compute them at full speed): ~0.2 s more
         subnormal = measure_cost(None) if kind == "cpu" else None
@@ -408,6 +410,7 @@ def measure_peaks(
         "gbps": copy_gbps,
         "stream_gbps": stream_gbps,
         "batched_gbps": batched_gbps,  # cold weights read by a linear at several rows (a CPU's)
+        "reorder_gbps": reorder_gbps,  # oneDNN's per-call conv weight reorder (a CPU's)
         "llc_bytes": llc_bytes,  # the largest read still served faster than memory (a CPU's)
         "subnormal": subnormal,  # profilers.subnormals.measure_cost (a CPU's)
         # IQR/median of each measurement
@@ -416,6 +419,7 @@ def measure_peaks(
         "median of a tensor copy far beyond L3 (read + write bytes); "
         "median of a matrix-vector product with weights far beyond L3 (weight bytes); "
         "median of a product at BATCHED_ROWS rows with its weights evicted (weight bytes); "
+        "median of oneDNN's reorder of REORDER_WEIGHTS evicted conv weights (read + write bytes); "
         "the largest buffer a sum still reads at LLC_SPEEDUP x the speed beyond L3",
         "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
@@ -571,6 +575,41 @@ def measure_batched_gbps(device: str = "cpu", threads: int | None = None,
                     flush=CacheFlusher(_beyond_llc_bytes("cpu")), warmup=1, min_reps=5,
                     max_reps=15, max_time_s=budget_s)
         return weight.numel() * 4 / m.median_s / 1e9
+
+
+REORDER_WEIGHTS = (1024, 1024, 3, 3)
+"""The conv weights `measure_reorder_gbps` reorders (37.7 MB, wide_resnet50_2's 3x3 convs of
+layer 4), for an input of 1 x 1024 x 7 x 7. Eager PyTorch keeps a conv's weights plain, and every
+call of a conv oneDNN runs reorders them into its blocked layout first (`ops.conv_path_features`:
+reorder_bytes). That reorder moves 16 x 16 blocks, not a stream: on the 2-vCPU AMD EPYC of 12-07
+(1 thread, its copies at 20.9 GB/s) it took 9.7-9.8 ms for these weights (7.7 GB/s, read +
+write; 7.8 for 151 MB, 10.0 for 9.4 MB), and wide_resnet50_2's 1024 -> 1024 convs on 1x1024x7x7
+were priced at 0.67-0.72x their time alone with the reorder at the copy's rate. On the Xeon of
+12-06 it ran at about the copy's (0.20 ms per MB against 0.19)."""
+
+
+def measure_reorder_gbps(device: str = "cpu", threads: int | None = None,
+                         budget_s: float = 1.0) -> float | None:
+    """Bytes per second (read + write, as `ops.conv_path_features` counts reorder_bytes) at which
+    oneDNN reorders `REORDER_WEIGHTS` plain conv weights, evicted from every cache level before
+    each timing (a write far beyond the LLC) as a forward pass evicts them, into the blocked
+    layout a conv on 1 x 1024 x 7 x 7 runs with. None on a GPU, or where this torch has no oneDNN
+    reorder to time (the predictor then takes the copy's bandwidth)."""
+    kind, _ = parse_device(device)
+    if kind != "cpu" or not torch.backends.mkldnn.is_available():
+        return None
+    cout, cin, kh, kw = REORDER_WEIGHTS
+    try:
+        reorder = torch._C._nn.mkldnn_reorder_conv2d_weight
+        with thread_count(threads), torch.inference_mode():
+            weight = torch.ones(REORDER_WEIGHTS, dtype=torch.float32).to_mkldnn()
+            m = measure(lambda: reorder(weight, [kh // 2, kw // 2], [1, 1], [1, 1], 1,
+                                        [1, cin, 7, 7]),
+                        flush=CacheFlusher(_beyond_llc_bytes("cpu")), warmup=1, min_reps=3,
+                        max_reps=9, max_time_s=budget_s)
+    except (AttributeError, NotImplementedError, RuntimeError):  # an internal op: may go
+        return None
+    return 2.0 * cout * cin * kh * kw * 4 / m.median_s / 1e9
 
 
 def _stream_gbps(dev: str, share_s: float) -> tuple[float, Measurement]:

@@ -778,25 +778,30 @@ def test_the_stream_is_timed_again_each_run_and_the_fastest_kept(tmp_path):
         db.upsert_device({"t": 2}, device_id="old", kind="cpu", threads=1, peaks={"gbps": 20.0})
         db.upsert_device({"t": 3}, device_id="new", kind="cpu", threads=1)
         assert retime_stream(db, "dev1", "cpu", 2, measure=lambda d, t: 18.2,
-                             measure_batched=lambda d, t: 8.1) == 18.2
+                             measure_batched=lambda d, t: 8.1,
+                             measure_reorder=lambda d, t: 7.7) == 18.2
         assert db.get_device("dev1").peaks == {"gbps": 30.0, "stream_gbps": 18.2,
-                                               "batched_gbps": 8.1}
+                                               "batched_gbps": 8.1, "reorder_gbps": 7.7}
         token = db.state_token("dev1")
         assert retime_stream(db, "dev1", "cpu", 2, measure=lambda d, t: 11.0,
-                             measure_batched=lambda d, t: 5.0) == 11.0
+                             measure_batched=lambda d, t: 5.0,
+                             measure_reorder=lambda d, t: 6.0) == 11.0
         assert db.get_device("dev1").peaks["stream_gbps"] == 18.2  # the slower one is not kept
         assert db.get_device("dev1").peaks["batched_gbps"] == 8.1
+        assert db.get_device("dev1").peaks["reorder_gbps"] == 7.7
         assert db.state_token("dev1") == token  # nor written: the models stay as trained
         # each is kept on its own: a faster batched rate is written beside a slower stream
         assert retime_stream(db, "dev1", "cpu", 2, measure=lambda d, t: 11.0,
-                             measure_batched=lambda d, t: 9.0) == 11.0
+                             measure_batched=lambda d, t: 9.0,
+                             measure_reorder=lambda d, t: 7.0) == 11.0
         assert db.get_device("dev1").peaks == {"gbps": 30.0, "stream_gbps": 18.2,
-                                               "batched_gbps": 9.0}
+                                               "batched_gbps": 9.0, "reorder_gbps": 7.7}
         assert retime_stream(db, "dev1", "cpu", 2, measure=failing,
-                             measure_batched=failing) is None  # the run goes on
+                             measure_batched=failing, measure_reorder=failing) is None
         # a device profiled before the stream was measured gets it; one with no peaks, nothing
         assert retime_stream(db, "old", "cpu", 1, measure=lambda d, t: 19.0,
-                             measure_batched=lambda d, t: None) == 19.0
+                             measure_batched=lambda d, t: None,
+                             measure_reorder=lambda d, t: None) == 19.0
         assert db.get_device("old").peaks == {"gbps": 20.0, "stream_gbps": 19.0}
         assert retime_stream(db, "new", "cpu", 1, measure=lambda d, t: 1 / 0) is None
 

@@ -12,6 +12,7 @@ import torch
 from profilers.errors import DeviceError
 from profilers.fingerprint import (
     BATCHED_ROWS,
+    REORDER_WEIGHTS,
     DeviceFingerprint,
     _parse_size,
     _slug,
@@ -20,9 +21,10 @@ from profilers.fingerprint import (
     llc_from_sweep,
     measure_batched_gbps,
     measure_peaks,
+    measure_reorder_gbps,
     measure_stream_gbps,
 )
-from profilers.timer import measure, thread_count
+from profilers.timer import CacheFlusher, measure, thread_count
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +128,24 @@ def test_a_batched_product_reads_evicted_weights_slower_than_cached_ones():
     assert measure_batched_gbps("cuda") is None  # a GPU's predictor does not read it
 
 
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch")
+def test_the_reorder_rate_prices_the_reorder_an_eager_conv_runs():
+    """What `predictor.features.serial_gbps` prices a conv's weight reorder at. Each eager call
+    of a conv oneDNN runs reorders its weights first, so the conv takes at least that long; with
+    the input all zeros and the weights cold, the reorder is what it spends most of its time on
+    here (one 1024-channel 7x7 map against 37.7 MB of weights)."""
+    rate = measure_reorder_gbps("cpu", threads=1, budget_s=0.5)
+    assert rate is not None and 0 < rate < 1000
+    assert measure_reorder_gbps("cuda") is None  # a GPU's predictor does not read it
+    cout, cin, kh, kw = REORDER_WEIGHTS
+    conv = torch.nn.Conv2d(cin, cout, (kh, kw), padding=(kh // 2, kw // 2), bias=False)
+    x = torch.zeros(1, cin, 7, 7)
+    with thread_count(1), torch.inference_mode():
+        alone = measure(lambda: conv(x), flush=CacheFlusher(256 << 20), min_reps=3, max_reps=5)
+    reorder_s = 2 * conv.weight.numel() * 4 / (rate * 1e9)
+    assert alone.median_s > 0.5 * reorder_s
+
+
 def test_the_llc_is_the_largest_read_still_clearly_faster_than_memory():
     mib = 1 << 20
     xeon = [(1 * mib, 97.0), (2 * mib, 55.0), (4 * mib, 28.7), (16 * mib, 28.1),
@@ -143,6 +163,7 @@ def test_peaks_with_a_tiny_budget_are_positive():
     assert set(peaks["gflops"]) | set(peaks["skipped_dtypes"]) == {"float32", "bfloat16"}
     assert all(v > 0 for v in peaks["gflops"].values())
     assert peaks["gbps"] > 0 and peaks["stream_gbps"] > 0 and peaks["batched_gbps"] > 0
+    assert peaks["reorder_gbps"] is None or peaks["reorder_gbps"] > 0
     assert peaks["llc_bytes"] is None or (1 << 20) <= peaks["llc_bytes"] < (1 << 30)
     assert set(peaks["noise"]) == set(peaks["gflops"]) | {"copy", "stream"}
     assert peaks["measured_at"].endswith("+00:00") and peaks["method"]

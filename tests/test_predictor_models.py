@@ -75,7 +75,8 @@ def test_feature_matrix_is_the_registry_features_plus_device_columns(convs):
 
 def test_the_roofline_column_adds_onednns_weight_reorder_in_series(convs):
     """Where the thread count says oneDNN runs a conv, its weights' reorder (read and written
-    once a call) is added to the roofline at the copy bandwidth; on ATen's own path, nothing."""
+    once a call) is added to the roofline at the measured reorder rate, else the copy bandwidth;
+    on ATen's own path, nothing."""
     names = feature_names("conv")
     x = feature_matrix(convs, "conv", PEAKS, threads=1)
     reorder = x[:, names.index("conv.reorder_bytes")]
@@ -85,6 +86,12 @@ def test_the_roofline_column_adds_onednns_weight_reorder_in_series(convs):
                         for r in convs])
     assert np.array_equal(reorder, np.where(native == 1.0, 0.0, 2.0 * weights))
     expected = [roofline_s(r, PEAKS) + b / (PEAKS["gbps"] * 1e9)
+                for r, b in zip(convs, reorder, strict=True)]
+    assert np.allclose(np.exp(x[:, names.index("rf_log_roofline_s")]), expected)
+    # a profile that timed the reorder itself (fingerprint.measure_reorder_gbps) prices it so
+    slow = {**PEAKS, "reorder_gbps": PEAKS["gbps"] / 3}
+    x = feature_matrix(convs, "conv", slow, threads=1)
+    expected = [roofline_s(r, PEAKS) + b / (slow["reorder_gbps"] * 1e9)
                 for r, b in zip(convs, reorder, strict=True)]
     assert np.allclose(np.exp(x[:, names.index("rf_log_roofline_s")]), expected)
 
