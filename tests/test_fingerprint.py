@@ -20,6 +20,7 @@ from profilers.fingerprint import (
     fingerprint,
     llc_from_sweep,
     measure_batched_gbps,
+    measure_llc_bytes,
     measure_peaks,
     measure_reorder_gbps,
     measure_stream_gbps,
@@ -118,7 +119,12 @@ def test_the_stream_is_timed_again_on_a_cpu_only():
                     reason="16 MiB of weights need a larger last-level cache to stay cached")
 def test_a_batched_product_reads_evicted_weights_slower_than_cached_ones():
     """What `Predictor._cold_rate` floors a batched linear at: its weights read after a write
-    far beyond the LLC evicted them, slower than the same product with them cached (16 MiB)."""
+    far beyond the LLC evicted them, slower than the same product with them cached (16 MiB).
+    A VM's share of a shared L3 can be less than lscpu says: on the AMD EPYC of 12-07 (lscpu
+    32 MiB) the sweep measured 16-32 MiB, and the 'cached' product ran no faster, 3 runs in 4;
+    the Xeons, where it held, measured 64 MiB."""
+    if (measure_llc_bytes("cpu", threads=1) or 0) < 64 << 20:
+        pytest.skip("the LLC this machine measures cannot keep 16 MiB of weights cached")
     cold = measure_batched_gbps("cpu", threads=1, budget_s=0.3)
     weight = torch.ones(1024, 4096)
     x = torch.ones(BATCHED_ROWS, 4096)
