@@ -653,7 +653,7 @@ def retime_stream(db: KernelDB, device_id: str, device: str, threads: int | None
     roofline at the third (`predictor.features.SERIAL_BYTES`), and one timing in a slow spell of the
     machine (a stream of 12.4 GB/s where 18-21 minutes later gave 18.1-18.4) would make that
     floor a worst case. Like an op config's timings, the fastest is kept: interference only
-    slows a timing down. A device profiled before either was measured gets it here. The peaks
+    slows a timing down. A device profiled before one was measured gets it here. The peaks
     (part of the state token) are written only when one rises, so the op models are refitted
     only for a floor that moved. Returns the stream's new timing (None: no peaks, a GPU, or
     the timing failed; the profile goes on without it)."""
