@@ -81,13 +81,13 @@ per-call weight reorder, `ops.conv_path_features`). The roofline the models lear
 adds them at the rate the profile measured that reorder at (`serial_gbps`): overlapped with
 nothing, they are not under the max of compute and memory time. Trees do not extrapolate from a
 raw feature, and a profile holds few batch-1 convs with big weights (the 21:21 1-thread profile
-of 12-06: two over 16 MB). On it,
-wide_resnet50_2's 1024->1024 3x3 convs on 1x1024x7x7 (37.7 MB of weights, 16.2 ms alone) were
-priced at 10.9 ms without the term and 13.8 with it; its conv sums at 1x224 and 1x160 went from
-0.84x and 0.86x its convs alone to 0.89x and 0.95x (`benchmarks/databases_vs_alone.py`;
-benchmarks/RESULTS.md, 2026-12-06 midnight). That Xeon reordered at about its copy bandwidth; the
-AMD EPYC of 12-07 at 7.7-8.1 GB/s against copies at 20.9 (1 thread), and priced at the copy's rate
-those convs came to 0.72x their time alone, at the measured rate 0.92x (2026-12-07 night)."""
+of 12-06: two over 16 MB). On it, wide_resnet50_2's 1024->1024 3x3 convs on 1x1024x7x7 (37.7 MB
+of weights, 16.2 ms alone) were priced at 10.9 ms without the term and 13.8 with it; its conv
+sums at 1x224 and 1x160 went from 0.84x and 0.86x its convs alone to 0.89x and 0.95x
+(`benchmarks/databases_vs_alone.py`; benchmarks/RESULTS.md, 2026-12-06 midnight). That Xeon
+reordered at about its copy bandwidth; the AMD EPYC of 12-07 at 7.7-8.1 GB/s against copies at
+20.9 (1 thread), and priced at the copy's rate those convs came to 0.72x their time alone, at the
+measured rate 0.92x (2026-12-07 night)."""
 
 
 def serial_gbps(peaks: dict) -> float:

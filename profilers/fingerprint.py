@@ -582,9 +582,10 @@ REORDER_WEIGHTS = (1024, 1024, 3, 3)
 layer 4), for an input of 1 x 1024 x 7 x 7. Eager PyTorch keeps a conv's weights plain, and every
 call of a conv oneDNN runs reorders them into its blocked layout first (`ops.conv_path_features`:
 reorder_bytes). That reorder moves 16 x 16 blocks, not a stream: on the 2-vCPU AMD EPYC of 12-07
-(1 thread, its copies at 20.9 GB/s) it took 9.7-9.8 ms for these weights (7.7 GB/s, read +
-write; 7.8 for 151 MB, 10.0 for 9.4 MB), and wide_resnet50_2's 1024 -> 1024 convs on 1x1024x7x7
-were priced at 0.67-0.72x their time alone with the reorder at the copy's rate. On the Xeon of
+(1 thread, its copies at 20.9 GB/s) it took 9.7-9.8 ms for these weights timed in a loop (7.7
+GB/s, read + write; 7.8 for 151 MB, 10.0 for 9.4 MB), and 6.1-8.1 GB/s with them evicted as
+this times it; wide_resnet50_2's 1024 -> 1024 convs on 1x1024x7x7 were priced at 0.67-0.72x
+their time alone with the reorder at the copy's rate. On the Xeon of
 12-06 it ran at about the copy's (0.20 ms per MB against 0.19)."""
 
 
