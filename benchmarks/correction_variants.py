@@ -67,6 +67,9 @@ The variants (`VARIANTS`; one entry each):
 - weight re-read fixed at 0.5, 1, 1.5 or 2x: the weight term given, not fitted (it came out
   0.13x and 1.90x in the 1- and 2-thread profiles of 12-04 02:32 and 03:01, whose 1-thread
   evaluation under-predicted the batch-1 settings by a median 10%).
+- weights by the pass time, 5, 20 or 50 ms: the weight re-read term times t / (t + tau), t the
+  pass's op sum: a layer's weights are colder the longer the pass since it last ran
+  (`benchmarks/cold_after.py`).
 
 On the 2-vCPU dev VM's 32 MiB-L3 incarnation (eleven pairs, 12-02 23:51 to 12-03 09:25;
 benchmarks/RESULTS.md, 2026-12-03 late morning; thirteen with the fixed overheads, the midday
@@ -357,6 +360,14 @@ def _overhead_within(lo_us: float, hi_us: float
     return fit
 
 
+def _pass_share(s: Setting, tau_s: float) -> float:
+    """How cold a layer's weights are when the next forward pass reaches them, by the time since
+    it last ran: the pass's op sum t over t + tau (`benchmarks/cold_after.py`: on the Xeon an op
+    slowed with the time away, whatever the bytes moved in between)."""
+    t = s.terms[0] + s.floored_s
+    return t / (t + tau_s)
+
+
 def _weights_fixed(c: float) -> Callable[[list[Setting]], Callable[[Setting], float]]:
     """The weight re-read coefficient given, not fitted (it came out 0-1.9 over eleven profiles
     of one VM); the other four terms fitted on what is left."""
@@ -396,6 +407,9 @@ VARIANTS: dict[str, Callable[[list[Setting]], Callable[[Setting], float]]] = {
     **{f"per-op overhead fixed at {us} us": _overhead_fixed(us) for us in (2, 6, 10)},
     "per-op overhead held to 2-10 us": _overhead_within(2, 10),
     **{f"weight re-read fixed at {c}x": _weights_fixed(c) for c in (0.5, 1, 1.5, 2)},
+    **{f"weights by the pass time, {ms} ms": lambda t, ms=ms: _fit_linear(
+        lambda s: s.terms * np.array([1, 1, 1, _pass_share(s, ms / 1e3), 1]), t)
+       for ms in (5, 20, 50)},
 }
 
 
