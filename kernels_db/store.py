@@ -707,10 +707,13 @@ class KernelDB:
             timings = " AND NOT EXISTS (SELECT 1 FROM measurements m WHERE m.config_id = c.id)"
         elif not paced:
             timings = " AND (SELECT COUNT(*) FROM measurements m WHERE m.config_id = c.id) < ?"
-        else:  # the run's own timings are paced when their metering window closes, so they count
+        else:  # a running run's timings are paced when their metering window closes, so they
+            # count as paced: this run's own, and a concurrent run's (two runs sharing a database
+            # timed a zoo config a third time when only this run's counted)
             timings = (" AND ((SELECT COUNT(*) FROM measurements m WHERE m.config_id = c.id) < ?"
                        " OR ((SELECT COUNT(*) FROM measurements m WHERE m.config_id = c.id AND"
-                       " json_extract(m.telemetry_json, '$.pace_s') > 0) < ? AND NOT EXISTS"
+                       " (json_extract(m.telemetry_json, '$.pace_s') > 0 OR m.run_id IN"
+                       " (SELECT id FROM runs WHERE status = 'running'))) < ? AND NOT EXISTS"
                        " (SELECT 1 FROM measurements m WHERE m.config_id = c.id"
                        " AND m.run_id = ?)))")
         sql = ("SELECT c.* FROM op_configs c WHERE c.device_id = ? AND c.skip_reason IS NULL"

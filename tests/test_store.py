@@ -385,6 +385,24 @@ def test_a_paced_second_timing_claims_configs_timed_before_the_pace_probe(tmp_pa
             "key0000", "key0001", "key0003"]
 
 
+def test_a_paced_second_timing_waits_for_a_concurrent_runs_pace(tmp_path):
+    with _db(tmp_path) as db:
+        db.add_configs(DEVICE, _items(2, source="zoo"))
+        first = db.start_run(DEVICE, budget_s=None, settings={})
+        second = db.start_run(DEVICE, budget_s=None, settings={})
+        paced = {"pace_s": 0.003}
+        configs = db.claim_unmeasured(DEVICE, first, 10)
+        for c in configs:  # timed twice by the first run, its last window not closed yet
+            db.add_measurement(c.id, first, [1e-5], flushed=True, threads=1, noisy=False,
+                               telemetry=paced)
+            db.add_measurement(c.id, first, [1e-5], flushed=True, threads=1, noisy=False)
+        db.release_claims(first)
+        assert db.claim_unmeasured(DEVICE, second, 10, below=2, paced=True) == []
+        db.finish_run(first, "done")  # its window never closed: timings of an unpaced profile
+        assert [c.key for c in db.claim_unmeasured(DEVICE, second, 10, below=2, paced=True)] == [
+            "key0000", "key0001"]
+
+
 def test_claims_of_another_host_wait_for_the_ttl(tmp_path):
     with _db(tmp_path, 4) as db:
         remote = db.start_run(DEVICE, budget_s=None, settings={})
