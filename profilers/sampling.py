@@ -335,6 +335,65 @@ def _permuted_linear(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...
     return _PermutedLinear(c, n, rng.random() < 0.8), [(b, c, side, side)], False
 
 
+class _BatchedProduct(nn.Module):
+    """A product of two activations, as models write it by hand: attention scores against a
+    transposed key (LeViT, CaiT, GCViT, BLOOM through baddbmm), the scores times the values,
+    einsum's bmm (XLNet), and Mamba's scan, a matrix times a vector at every step. Never drawn,
+    no aten.matmul, bmm or baddbmm was timed at all: Mamba's 1x1536x16 by 1x16x1 took 52 us
+    alone and was priced at 180 (4096 of them, 56% of its op time; hf:mamba +53% end to end, 1
+    thread)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+
+    def forward(self, a, b, *bias):
+        if self.kind == "scores":  # q @ k^T: the key read transposed, never copied
+            return torch.matmul(a, b.transpose(-2, -1))
+        if self.kind == "bmm":
+            return torch.bmm(a, b)
+        if self.kind == "baddbmm":
+            return torch.baddbmm(bias[0], a, b, beta=1.0, alpha=0.125)
+        return torch.matmul(a, b)  # "matmul": broadcast over leading dims
+
+
+BATCHED_PRODUCT_SHARE = 0.5
+"""Of the matmul family's draws, the share that multiplies two activations (`_BatchedProduct`)
+rather than running a linear layer."""
+
+
+def _batched_product(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
+    kind = rng.choice(("scores", "scores", "matmul", "matvec", "bmm", "baddbmm"))
+    if kind == "matvec":  # (batch, M, K) @ (batch, K, 1..2): Mamba's scan, attention pooling
+        batch, m = rng.choice((1, 1, 2, 8)), _channels(rng, 64, 4096)
+        k, n = rng.choice((4, 8, 16, 16, 32, 64)), rng.choice((1, 1, 2))
+        return _BatchedProduct("matmul"), [(batch, m, k), (batch, k, n)], False
+    if kind in ("bmm", "baddbmm"):
+        batch = rng.choice((1, 4, 12, 16, 32, 64, 128))
+        m, k, n = (rng.choice((16, 49, 64, 128, 197, 256, 512, 1024)) for _ in range(3))
+        while 2 * batch * m * n * k > MAX_RANDOM_GFLOP * 1e9 and batch > 1:
+            batch //= 2
+        shapes = [(batch, m, k), (batch, k, n)]
+        return _BatchedProduct(kind), shapes + [(batch, m, n)] * (kind == "baddbmm"), False
+    b, heads = rng.choice((1, 1, 2, 8, 16, 64)), rng.choice((1, 2, 3, 4, 6, 8, 12, 16))
+    seq = rng.choice((16, 49, 64, 128, 196, 197, 256, 512, 1024))
+    dim = rng.choice((16, 32, 48, 64, 64, 80, 128))
+    while b > 1 and 2 * b * heads * seq * seq * dim > MAX_RANDOM_GFLOP * 1e9:
+        b //= 2
+    if kind == "scores":  # (b, heads, seq, dim) @ (b, heads, seq, dim)^T
+        return _BatchedProduct("scores"), [(b, heads, seq, dim)] * 2, False
+    if rng.random() < 0.3:  # a 2-dim weight broadcast over a batch: Mamba's x_proj by dt
+        return _BatchedProduct("matmul"), [(heads * dim, seq), (b, seq, dim)], False
+    return _BatchedProduct("matmul"), [(b, heads, seq, seq), (b, heads, seq, dim)], False
+
+
+def _product(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
+    """The matmul family's draw: a product of two activations or a linear layer."""
+    if rng.random() < BATCHED_PRODUCT_SHARE:
+        return _batched_product(rng)
+    return _linear(rng)
+
+
 def _linear(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
     if rng.random() < PERMUTED_LINEAR_SHARE:
         return _permuted_linear(rng)
@@ -864,7 +923,7 @@ def _layout_copy(rng: random.Random) -> Drawn:
 
 GENERATORS: dict[str, Callable[[random.Random], Drawn]] = {
     "conv": _conv,
-    "matmul": _linear,
+    "matmul": _product,
     "attention": _attention,
     "rnn": _rnn,
     "pool": _pool,
@@ -877,7 +936,7 @@ GENERATORS: dict[str, Callable[[random.Random], Drawn]] = {
 
 
 DRAWS: dict[str, int] = {"eltwise": 4, "data": 4, "reduce": 2, "rnn": 2, "norm": 2, "conv": 2,
-                         "pool": 3}
+                         "pool": 3, "matmul": 3}
 """Random configs a family draws, as a multiple of the profile's count per family: the families
 that share one model across many ops (told apart by `ops.op_code`) need several configs of each
 op, and their ops are cheap to time. At one multiple (60 draws), a 10-minute profile held 1-4
@@ -893,7 +952,9 @@ at one multiple a 10-minute 1-thread profile held two dense 3x3 stride-1 max poo
 branch pools; half of googlenet's op time at batch 1), and priced googlenet's pools at 0.74-0.79x
 their time alone at the profile's usual pace; 119 more random pools took them to 0.80-0.92x and
 inception_v3's from 1.08-1.11x to 1.00-1.02x (`benchmarks/add_random.py`, `databases_vs_alone.py`;
-12-06)."""
+12-06). Products draw three times, half of them products of two activations
+(`BATCHED_PRODUCT_SHARE`), so that the linear layers keep a few more configs than before those
+joined them."""
 
 
 def draws(family: str, n: int) -> int:

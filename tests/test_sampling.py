@@ -6,6 +6,7 @@ import math
 import random
 
 import pytest
+import torch
 
 from profilers import ops, sampling
 from profilers.capture import capture_spec
@@ -73,8 +74,9 @@ def test_random_configs_stay_within_the_per_config_caps():
         pool, [shape], _ = sampling.GENERATORS["pool"](rng)
         assert shape[0] * shape[1] * shape[2] * shape[3] <= sampling.POOL_MAX_NUMEL or shape[2] <= 2
     assert conv_dims == {2, 3}  # video convs are drawn too
-    linears = [getattr(m, "fc", m) for m, _, _ in
-               (sampling.GENERATORS["matmul"](rng) for _ in range(300))]  # fc: read permuted
+    drawn = [getattr(m, "fc", m) for m, _, _ in
+             (sampling.GENERATORS["matmul"](rng) for _ in range(300))]  # fc: read permuted
+    linears = [m for m in drawn if isinstance(m, torch.nn.Linear)]  # the rest: two activations
     heads = [m for m in linears if m.in_features >= 4096 and m.out_features >= 1000]
     assert heads  # some linear layers have weights far beyond the LLC
     assert all(m.in_features * m.out_features <= 64 << 20 for m in heads)
@@ -310,3 +312,22 @@ def test_random_linears_include_ones_read_through_a_permute() -> None:
     assert any(f["matmul.K"] <= 16 for f in across)
     assert all(2 * f["matmul.M"] * f["matmul.N"] * f["matmul.K"]
                <= sampling.MAX_RANDOM_GFLOP * 1e9 for f in across)
+
+
+def test_random_products_include_two_activations_as_models_multiply_them() -> None:
+    """Attention scores against a transposed key, bmm, baddbmm and Mamba's matrix-vector scan:
+    never drawn, Mamba's 1x1536x16 by 1x16x1 was priced at 3.4x its time alone."""
+    from profilers.opbench import check_replay
+
+    records = sampling.random_records("matmul", 60, seed=4)
+    by_op: dict[str, list[OpRecord]] = {}
+    for r in records:
+        by_op.setdefault(ops.split_op_name(r.op)[1], []).append(r)
+    assert {"linear", "matmul", "bmm", "baddbmm"} <= set(by_op)
+    products = [ops.features(r, {}, 1) for r in records
+                if ops.split_op_name(r.op)[1] in ("matmul", "bmm", "baddbmm")]
+    assert any(f["matmul.N"] <= 2 and f["matmul.K"] <= 64 for f in products)  # matrix-vector
+    assert any(f["matmul.b_transposed"] == 1.0 for f in products)  # q @ k^T, k never copied
+    assert all(ops.flops_of(r) <= sampling.MAX_RANDOM_GFLOP * 1e9 for r in records)
+    for name in ("matmul", "bmm", "baddbmm"):
+        check_replay(by_op[name][0])  # replays with the recorded shapes
