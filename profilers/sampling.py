@@ -845,10 +845,10 @@ TOKEN_MAP_POW2_SHARE = 0.6
 """Of the token maps `_layout_copy` draws (a token sequence turned back into an NHWC map, made
 NCHW: the copy ATen makes inside a conv on it, `ops.dense_input_split`), the share with a
 power-of-two channel count. Hierarchical vision transformers (PVT, SegFormer, CoaT) do this at
-every stage, on maps of 56x56 and larger, with 32-512 channels. At 256 channels on 56x56 the copy
+every stage (56x56 down to 7x7 at 224 px), with 32-512 channels. At 256 channels on 56x56 the copy
 took 4.4-5.2 ms and at 240 or 264 channels 0.57-0.61 ms (1 thread): its rows fall in a few cache
-sets. A 10-minute profile held no such copy with 256 or more channels among its 28 four-dim
-transposing copies, priced pvt_v2_b0's at 0.89 ms, and pvt_v2_b0 came out -26% and -30%."""
+sets. A 10-minute profile held no NHWC-to-NCHW copy of 256 or more channels among its 28
+four-dim transposing copies, priced pvt_v2_b0's at 0.89 ms, and pvt_v2_b0 came out -26% and -30%."""
 
 
 def _layout_channels(rng: random.Random) -> int:
