@@ -5,7 +5,8 @@
 Copies DB (a CPU device's) to COPY and times into it, as a profile times them (flushed, metered,
 paced by the window probe: `kernels_db.build._Metered`), the configs of FAMILY that ROUNDS more
 random draws of 60 give (`sampling.random_records(FAMILY, 60, seed=5000..)`), those DB lacks.
-Then compare the two with `databases_vs_alone.py` or by re-predicting recorded evaluations.
+Then compare the two with `databases_vs_alone.py`, or re-score recorded evaluations with
+`evaluation_with_database.py`.
 
 This measured the pool draw (`sampling.DRAWS`, benchmarks/RESULTS.md, 2026-12-06 late night):
 `add_random.py DB COPY pool 2` added 119 pools in 37 s at 1 thread, and googlenet's pools went

@@ -924,7 +924,8 @@ def _layout_copy(rng: random.Random) -> Drawn:
         dims = rng.choice(((0, 2, 3, 1), (0, 3, 1, 2), None, (0, 1, 2, 3)))
         # (0, 1, 2, 3): an NHWC map made NCHW, the copy ATen makes of a transposed token
         # sequence before a conv on it (pvt_v2's 1x256x56x56: 1.75 ms, where the contiguous
-        # conv after it takes 0.48; 1 thread)
+        # conv after it takes 0.48; 1 thread); "token map" draws more of them, at the channel
+        # counts and map sizes of hierarchical vision transformers (TOKEN_MAP_POW2_SHARE)
         return _Relayout(dims), [(n, c, hw, hw)], dims == (0, 1, 2, 3)
     if kind == "sequence":
         c = _layout_channels(rng)
