@@ -142,8 +142,28 @@ def test_session_anchor_scales_every_predictor_by_the_reference_drift(predictor)
     slowed = data["drift"]["references"][1]
     assert slowed["before_ms"] == pytest.approx(4.0 * 0.9 * 1.3)
     assert slowed["now_ms"] == slowed["after_ms"] == pytest.approx(4.0 * 0.9)
+    assert not any("their profiled time" in n for n in anchored.notes)  # x0.9: within 1.15
     with pytest.raises(ValueError):
         evaluate(None, "dev1", cases, predictor=predictor, measure_fn=fake_measure, anchor="x")
+
+
+def test_references_far_from_their_profiled_time_say_the_profile_is_stale(predictor):
+    from predictor.evaluate import Drift, session_drift_note
+
+    then_s = {"torchvision:squeezenet1_1": 0.002, "torchvision:resnet18": 0.004}
+
+    def fake_measure(spec, inputs, runs, warmup, threads, device, dtype):
+        return timing([0.010] * 3 if spec.endswith("x0_5") else [then_s[spec] * 0.7] * 3)
+
+    report = evaluate(None, "dev1", [EvalCase("torchvision:shufflenet_v2_x0_5", SMALL)],
+                      predictor=predictor, measure_fn=fake_measure, anchor="session")
+    assert report.drift.ratio == pytest.approx(0.7)
+    stale = [n for n in report.notes if "their profiled time" in n]
+    assert len(stale) == 1 and stale[0].startswith("the training zoo's references ran x0.70 ")
+    assert "`hwlat --db fresh.db quickstart`" in stale[0]
+    assert session_drift_note(Drift(1.16, 1.1, 1.2, [])) is not None  # slower counts too
+    assert session_drift_note(Drift(1.14, 1.1, 1.2, [])) is None
+    assert session_drift_note(None) is None
 
 
 def test_a_slow_spell_in_one_round_moves_the_measurement_little_and_is_reported(predictor):
