@@ -32,6 +32,16 @@ The variants (`VARIANTS`; one entry each):
   flush (the large-op term has the rest), and of either sign: inside a model such an op finds
   its input hot from the op before, timed alone it does not (mnasnet0_5's ops summed 0.99x their
   estimates inside the model where mnasnet1_0's summed 1.25x, batch 1, 1 thread, on the Xeon);
+- large-op traffic, convs apart / without convs: the large-op traffic term split into the part
+  from convs and products (`COMPUTE_FAMILIES`) and the rest, or with that part left out (at 2
+  threads mnasnet0_5's ops summed the same inside the model as the database says at batch 8,
+  where the term added 4.5 ms, +14%); neither kept (benchmarks/RESULTS.md, 2026-12-07 late
+  morning);
+- other weights read once: the weights of ops other than convs (linears, products) charged at
+  their read time at the stream bandwidth, as priced, and only the convs' weights fitted (bert's
+  1x128x768 by 3072x768 linears took 2.42-2.56 ms in the model, 2.13-2.22 alone: their 9.4 MB
+  read once, not overlapped; the fitted term charged 0.683x); not kept: better at 2 threads,
+  worse at 1 (benchmarks/RESULTS.md, 2026-12-07 late morning);
 - no all-op traffic term: the four others (the large-op traffic term keeps the ops beyond the
   flush; inside a model the smaller ones run hot from the op before);
 - small-op input reads, signed (with or without the per-op term): a sixth term, the activation
@@ -105,6 +115,7 @@ from profilers.errors import HwlatError
 from profilers.specs import parse_input_spec
 
 FAMILIES = (*(f for f in ops.FAMILIES if f != "free"), ops.UNKNOWN)
+COMPUTE_FAMILIES = ("conv", "matmul")  # the large-op traffic variants set these apart
 
 
 @dataclass
@@ -128,6 +139,7 @@ class Setting:
     n_small: int = 0  # ... and their number
     pass_beyond: float = 0.0  # share of a pass's weights and written activations beyond the LLC
     floored_s: float = 0.0  # the ops priced at their cold weights, taken as priced (not fitted)
+    large_compute_s: float = 0.0  # the large-op traffic term's part from convs and products
 
 
 def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> Setting:
@@ -163,13 +175,16 @@ def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> 
         share = min(r.weight_bytes / nbytes, 1.0)
         by_share += r.weight_bytes * share / predictor._bytes_per_s
         bound += r.weight_bytes / predictor._bytes_per_s if share >= 0.5 else 0.0
+    compute = [(r, e) for r, e in timed if e.family in COMPUTE_FAMILIES]
+    large_compute = predictor._traffic_s(compute, [ops.bytes_of(r) for r, _ in compute],
+                                         over=predictor._large_op_bytes)
     # column 0 leaves out the floored ops: the predictor takes them as priced (the `given` part)
     terms = np.array([(p.sum_ops_ms - p.floored_ms) / 1e3, p.n_timed_ops, p.traffic_ms / 1e3,
                       p.weights_ms / 1e3, p.large_traffic_ms / 1e3])
     return Setting(family, measured_s, terms, op_s, conv_weights_s, footprint, int(batch),
                    by_share, bound, small_input / predictor._bytes_per_s,
                    len({r.key for r, _ in timed}), cold_extra, cold_weights, sum(small),
-                   len(small), pass_beyond, p.floored_ms / 1e3)
+                   len(small), pass_beyond, p.floored_ms / 1e3, large_compute)
 
 
 # ------------------------------------------------------------------------------ variants
@@ -214,6 +229,14 @@ def _small_traffic(s: Setting) -> np.ndarray:
     t = s.terms.copy()
     t[2] -= t[4]
     return t
+
+
+def _large_compute_apart(s: Setting) -> np.ndarray:
+    return np.append(s.terms - np.eye(5)[4] * s.large_compute_s, s.large_compute_s)
+
+
+def _large_without_compute(s: Setting) -> np.ndarray:
+    return s.terms - np.eye(5)[4] * s.large_compute_s
 
 
 def _small_input_apart(s: Setting) -> np.ndarray:
@@ -385,6 +408,11 @@ VARIANTS: dict[str, Callable[[list[Setting]], Callable[[Setting], float]]] = {
     "weight-bound ops apart": lambda t: _fit_linear(_weight_bound_apart, t),
     "conv sum apart": lambda t: _fit_linear(_conv_sum_apart, t),
     "small-op traffic, signed": lambda t: _fit_linear(_small_traffic, t, signed=(1, 2)),
+    "large-op traffic, convs apart": lambda t: _fit_linear(_large_compute_apart, t),
+    "other weights read once": lambda t: _fit_linear(
+        lambda s: s.terms - np.eye(5)[3] * (s.terms[3] - s.conv_weights_s), t,
+        given=lambda s: s.floored_s + s.terms[3] - s.conv_weights_s),
+    "large-op traffic without convs": lambda t: _fit_linear(_large_without_compute, t),
     "no all-op traffic term": lambda t: _fit_linear(lambda s: np.delete(s.terms, 2), t),
     "small-op input reads, signed": lambda t: _fit_linear(_small_input_apart, t, signed=(1, 5)),
     "small-op input reads, signed, no per-op term":
