@@ -161,6 +161,12 @@ def test_references_far_from_their_profiled_time_say_the_profile_is_stale(predic
     stale = [n for n in report.notes if "their profiled time" in n]
     assert len(stale) == 1 and stale[0].startswith("the training zoo's references ran x0.70 ")
     assert "`hwlat --db fresh.db quickstart`" in stale[0]
+    from hwlat.commands.evaluate import show
+    from hwlat.output import stdout
+
+    with stdout.capture() as shown:
+        show(report)
+    assert "warning: the training zoo's references ran x0.70" in " ".join(shown.get().split())
     assert session_drift_note(Drift(1.16, 1.1, 1.2, [])) is not None  # slower counts too
     assert session_drift_note(Drift(1.14, 1.1, 1.2, [])) is None
     assert session_drift_note(None) is None

@@ -16,6 +16,7 @@ from predictor.evaluate import (
     EvalCase,
     EvalReport,
     evaluate,
+    session_drift_note,
     zoo_cases,
 )
 from predictor.journal import EvalJournal
@@ -166,5 +167,9 @@ def show(report: EvalReport) -> None:
                      f"over models, largest {spread['max']:.1f}%), the noise of the measurement "
                      "itself; 're-measurement' scores each round's median against the model's other "
                      "rounds (models x rounds pairs): errors near it are within that noise")
+    stale = session_drift_note(report.drift) if report.anchor == "session" else None
     for note in report.notes:
-        dim(note, stdout)
+        if note == stale:  # the numbers above may not hold: said as a warning, not a note
+            stdout.print(f"[yellow]warning:[/] {escape(note)}")
+        else:
+            dim(note, stdout)
