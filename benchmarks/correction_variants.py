@@ -15,7 +15,9 @@ MAPE with the hour's level removed (each prediction/measurement ratio divided by
 and the zoo's own leave-one-family-out MAPE; then the mean over the pairs.
 
 The variants (`VARIANTS`; one entry each):
-- as fitted: `predictor.correction`'s five terms;
+- as fitted: `predictor.correction`'s five terms, fitted to each zoo setting's fastest timing
+  brought to the profile's pace (`predictor.e2e.TARGET_PACE_EXPONENT`);
+- targets as timed: the same, fitted to the fastest timings as taken (the rule until 12-07);
 - per-op term kept >= 0: as fitted, but the per-op term dropped where it comes out negative (the
   rule until 12-05; predictor/correction.py says what the sign bought);
 - weights by footprint: the weight re-read term only for the share of a model's weights that
@@ -96,18 +98,18 @@ import math
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from kernels_db.store import KernelDB
+from kernels_db.store import KernelDB, at_profile_pace, profile_pace_s
 from predictor.correction import (
     MIN_SHARE_OF_SUM,
     SIGNED_TERMS,
     Correction,
     solve_columns,
 )
-from predictor.e2e import Predictor
+from predictor.e2e import TARGET_PACE_EXPONENT, Predictor
 from predictor.evaluate import metrics
 from profilers import ops
 from profilers.capture import capture_spec
@@ -140,6 +142,7 @@ class Setting:
     pass_beyond: float = 0.0  # share of a pass's weights and written activations beyond the LLC
     floored_s: float = 0.0  # the ops priced at their cold weights, taken as priced (not fitted)
     large_compute_s: float = 0.0  # the large-op traffic term's part from convs and products
+    timed_s: float = 0.0  # a zoo setting's fastest timing as taken (measured_s: at the profile's pace)
 
 
 def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> Setting:
@@ -400,6 +403,8 @@ def _weights_fixed(c: float) -> Callable[[list[Setting]], Callable[[Setting], fl
 
 VARIANTS: dict[str, Callable[[list[Setting]], Callable[[Setting], float]]] = {
     "as fitted": lambda t: _fit_linear(_as_fitted, t),
+    "targets as timed": lambda t: _fit_linear(
+        _as_fitted, [replace(s, measured_s=s.timed_s or s.measured_s) for s in t]),
     "per-op term kept >= 0": lambda t: _fit_linear(_as_fitted, t, signed=()),
     "weights by footprint": lambda t: _fit_linear(_weights_by_footprint, t),
     "conv weights apart": lambda t: _fit_linear(_conv_weights_apart, t),
@@ -465,6 +470,7 @@ def settings_of(db: KernelDB, report: dict) -> tuple[Predictor, list[tuple[list,
         return captures[key]
 
     predictor = Predictor.for_device(db, report["device"])
+    then_s = profile_pace_s(db.model_measurements(predictor.device.id, kind="e2e"))
     zoo = []
     for (spec, _), group in predictor.e2e_passes(db).items():
         m = group[0]
@@ -474,7 +480,9 @@ def settings_of(db: KernelDB, report: dict) -> tuple[Predictor, list[tuple[list,
                          m.settings.get("dtype", "float32"))
         except HwlatError:
             continue
-        zoo.append((group, _setting(predictor, c, m.family, min(g.median_s for g in group))))
+        paced = min(at_profile_pace(g, then_s, TARGET_PACE_EXPONENT) for g in group)
+        zoo.append((group, replace(_setting(predictor, c, m.family, paced),
+                                   timed_s=min(g.median_s for g in group))))
     held = [_setting(predictor, captured(m["spec"], m["inputs"], predictor.device.kind,
                                          m["dtype"]),
                      m["spec"], (m.get("measured_flushed_ms") or m["measured_ms"]) / 1e3)

@@ -20,6 +20,7 @@ import math
 import os
 import socket
 import sqlite3
+import statistics
 import sys
 import time
 import uuid
@@ -209,6 +210,22 @@ def quiet_ids(timings: Sequence[ModelMeasurement]) -> set[int]:
     (`contended`) nor in a slow spell (`slow_spell_ids`)."""
     slow = slow_spell_ids(timings)
     return {m.id for m in timings if not m.contended and m.id not in slow}
+
+
+def profile_pace_s(timings: Sequence[ModelMeasurement], probe: str = "pace_s") -> float | None:
+    """A probe's median (`probe`: "pace_s", or "chain_s" for the chain probe) over the undisturbed
+    ones of a device's end-to-end `timings` (`quiet_ids`; None: none probed): the pace the
+    correction's targets are brought to (`at_profile_pace`) and the pace anchor of
+    `predictor.evaluate` sets the probe now against."""
+    quiet = quiet_ids(timings)
+    then = [t for m in timings if (t := getattr(m, probe)) and m.id in quiet]
+    return statistics.median(then) if then else None
+
+
+def at_profile_pace(m: ModelMeasurement, then_s: float | None, exponent: float) -> float:
+    """`m`'s median brought to the profile's pace `then_s` (`profile_pace_s`): times (then / the
+    pace beside it) to `exponent`; as timed where either is unknown."""
+    return m.median_s * (then_s / m.pace_s) ** exponent if then_s and m.pace_s else m.median_s
 
 
 # ------------------------------------------------------------------------------------- helpers

@@ -63,7 +63,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from kernels_db.store import KernelDB, quiet_ids
+from kernels_db.store import KernelDB, profile_pace_s
 from predictor.baselines import FlopsLinear, RooflineScaled
 from predictor.correction import ModelRow
 from predictor.e2e import CHAIN_TERM, SUBNORMAL_TERM, Prediction, Predictor
@@ -257,11 +257,9 @@ def _drift(timed: list[dict]) -> Drift | None:
 
 
 def _profile_pace_ms(profile_timings: Sequence, probe: str = "pace_s") -> float | None:
-    """A probe's median (`probe`: "pace_s", or "chain_s" for the chain probe) over the profile's
-    undisturbed end-to-end timings (the correction's fit; None: not probed)."""
-    quiet = quiet_ids(profile_timings)
-    then = [t * 1e3 for m in profile_timings if (t := getattr(m, probe)) and m.id in quiet]
-    return statistics.median(then) if then else None
+    """`kernels_db.store.profile_pace_s` in ms: the pace the correction's targets are at."""
+    then = profile_pace_s(profile_timings, probe)
+    return None if then is None else then * 1e3
 
 
 def _kept_paces(paces_ms: Sequence[Sequence[float | None]], contended: Sequence[Sequence[int]],

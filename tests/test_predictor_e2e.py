@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from kernels_db.store import KernelDB
+from kernels_db.store import KernelDB, at_profile_pace, profile_pace_s
 from predictor import e2e
 from predictor.baselines import FlopsLinear, RooflineScaled
 from predictor.correction import Correction, ModelRow, fit_correction
@@ -462,6 +462,33 @@ def test_a_setting_timed_in_two_passes_is_one_row_at_the_faster(tmp_path, db_pat
     assert [(r.spec, round(r.measured_s, 6)) for r in rows] == [
         ("torchvision:resnet18", 0.010), ("torchvision:squeezenet1_1", 0.005)]
     assert predictor.correction.n_models == 2
+
+
+def test_the_fit_takes_each_timing_at_the_profiles_pace(tmp_path, db_path):
+    """A timing beside a probe 1.15x its median (a slow spell too mild to leave out) is brought
+    to the profile's pace before the faster of a setting's timings is taken; one without a
+    probe (an older profile) keeps its time."""
+    with KernelDB.open(db_path) as src, KernelDB.open(tmp_path / "k.db") as db:
+        db.upsert_device({"t": 1}, device_id="dev1", kind="cpu", threads=1, peaks=PEAKS)
+        add_measured(db, [OpRecord.from_json(m.record) for m in src.configs("dev1")])
+        settings = {"inputs": SMALL_INPUT, "batch": 1, "dtype": "float32", "threads": 1,
+                    "device": "cpu"}
+        for total, pace_s in ((0.012, 0.006), (0.0115, 0.0069)):
+            db.add_model_measurement("dev1", "torchvision:resnet18", "resnet", settings,
+                                     [total] * 5, stats={"pace_s": pace_s})
+        db.add_model_measurement("dev1", "torchvision:squeezenet1_1", "squeezenet", settings,
+                                 [0.005] * 5, stats={"pace_s": 0.006})
+        db.add_model_measurement("dev1", "torchvision:mobilenet_v2", "mobilenet", settings,
+                                 [0.007] * 5)
+        timings = db.model_measurements("dev1", kind="e2e")
+        predictor = Predictor.for_device(db, "dev1", cache_dir=tmp_path / "c")
+        rows = {r.spec: r.measured_s for r in predictor.model_rows(db)}
+    assert profile_pace_s(timings) == pytest.approx(0.006)  # the median of the three probed
+    slowed = 0.0115 * (0.006 / 0.0069) ** e2e.TARGET_PACE_EXPONENT
+    assert slowed < 0.012 and rows["torchvision:resnet18"] == pytest.approx(slowed)
+    assert rows["torchvision:squeezenet1_1"] == pytest.approx(0.005)
+    assert rows["torchvision:mobilenet_v2"] == pytest.approx(0.007)
+    assert at_profile_pace(timings[0], None, 0.75) == timings[0].median_s  # never probed
 
 
 BUSY = {"others_cores": 1.5, "cpus": 2, "window_s": 1.0}  # at 1 thread: the free core and ours
