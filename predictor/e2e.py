@@ -61,7 +61,10 @@ out a median 1.069x its measurements (7.6% MAPE, 69% within 10%; the zoo's leave
 10.6%). Refitted on targets brought to the pace (`benchmarks/correction_variants.py`'s "targets
 at the profile's pace"), to the power 0.5 / 0.75 / 1: 6.1% / 5.9% / 5.8%, within 10% 77-79%, the
 leave-one-family-out 8.1% / 7.1% / 6.7%; at 1 thread, where the probe held within 1.1x, 3.2% /
-3.3% / 3.4% against 3.2%. 0.75 is also how far a prediction follows the probe now
+3.3% / 3.4% against 3.2%. Live on fresh profiles at 0.75: 4.5% and 90% within 10% at 2 threads,
+3.4% and 100% at 1; re-predicted with the targets as timed, 4.6% and 87%, 3.3%: those profiles'
+fastest timings were in the fast state, and the rule changed little there (benchmarks/RESULTS.md,
+2026-12-07 afternoon). 0.75 is also how far a prediction follows the probe now
 (`predictor.evaluate.PACE_WEIGHT`); the probe timed beside a model moved its time 0.32-1.04x as
 steeply on the Xeon of 12-06."""
 ProgressFn = Callable[[str], None]
