@@ -56,12 +56,12 @@ probe beside each to the profile's median (`kernels_db.store.at_profile_pace`): 
 fastest timing at that pace is what the correction fits, and the pace anchor moves predictions
 from that pace to the probe's now. A slow spell under `pace.SLOW_PACE` was a target 1.15-1.2x
 high: on the AMD EPYC of 12-07 at 2 threads the probe beside the profile's timings flapped
-between 1.52 and 1.85-1.97 ms, the correction fitted 1.117x the op sum and the held-out zoo came
-out a median 1.069x its measurements (7.6% MAPE, 69% within 10%; the zoo's leave-one-family-out
-10.6%). Refitted on targets brought to the pace (`benchmarks/correction_variants.py`'s "targets
-at the profile's pace"), to the power 0.5 / 0.75 / 1: 6.1% / 5.9% / 5.8%, within 10% 77-79%, the
-leave-one-family-out 8.1% / 7.1% / 6.7%; at 1 thread, where the probe held within 1.1x, 3.2% /
-3.3% / 3.4% against 3.2%. Live on fresh profiles at 0.75: 4.5% and 90% within 10% at 2 threads,
+between 1.50-1.57 and 1.76-2.00 ms, the correction fitted 1.117x the op sum and the held-out zoo
+came out a median 1.069x its measurements (7.6% MAPE, 69% within 10%, pace-anchored; the zoo's
+leave-one-family-out 10.6%). Refitted on targets brought to the pace to the power 0.5 / 0.75 / 1:
+6.1% / 5.9% / 5.8%, within 10% 77-79%, the leave-one-family-out 8.1% / 7.1% / 6.7%; at 1 thread,
+where the probe held within 1.1x, 3.2% / 3.3% / 3.4% against 3.2% (`benchmarks/
+correction_variants.py` scores the old rule as "targets as timed"). Live on fresh profiles at 0.75: 4.5% and 90% within 10% at 2 threads,
 3.4% and 100% at 1; re-predicted with the targets as timed, 4.6% and 87%, 3.3%: those profiles'
 fastest timings were in the fast state, and the rule changed little there (benchmarks/RESULTS.md,
 2026-12-07 afternoon). 0.75 is also how far a prediction follows the probe now
