@@ -16,7 +16,7 @@ and the zoo's own leave-one-family-out MAPE; then the mean over the pairs.
 
 The variants (`VARIANTS`; one entry each):
 - as fitted: `predictor.correction`'s five terms, fitted to each zoo setting's fastest timing
-  brought to the profile's pace (`predictor.e2e.TARGET_PACE_EXPONENT`);
+  brought to the profile's pace (`predictor.e2e.fit_target_s`);
 - targets as timed: the same, fitted to the fastest timings as taken (the rule until 12-07);
 - per-op term kept >= 0: as fitted, but the per-op term dropped where it comes out negative (the
   rule until 12-05; predictor/correction.py says what the sign bought);
@@ -102,14 +102,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from kernels_db.store import KernelDB, at_profile_pace, profile_pace_s
+from kernels_db.store import KernelDB, profile_pace_s
 from predictor.correction import (
     MIN_SHARE_OF_SUM,
     SIGNED_TERMS,
     Correction,
     solve_columns,
 )
-from predictor.e2e import TARGET_PACE_EXPONENT, Predictor
+from predictor.e2e import Predictor, fit_target_s
 from predictor.evaluate import metrics
 from profilers import ops
 from profilers.capture import capture_spec
@@ -480,8 +480,7 @@ def settings_of(db: KernelDB, report: dict) -> tuple[Predictor, list[tuple[list,
                          m.settings.get("dtype", "float32"))
         except HwlatError:
             continue
-        paced = min(at_profile_pace(g, then_s, TARGET_PACE_EXPONENT) for g in group)
-        zoo.append((group, replace(_setting(predictor, c, m.family, paced),
+        zoo.append((group, replace(_setting(predictor, c, m.family, fit_target_s(group, then_s)),
                                    timed_s=min(g.median_s for g in group))))
     held = [_setting(predictor, captured(m["spec"], m["inputs"], predictor.device.kind,
                                          m["dtype"]),

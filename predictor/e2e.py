@@ -61,13 +61,20 @@ came out a median 1.069x its measurements (7.6% MAPE, 69% within 10%, pace-ancho
 leave-one-family-out 10.6%). Refitted on targets brought to the pace to the power 0.5 / 0.75 / 1:
 6.1% / 5.9% / 5.8%, within 10% 77-79%, the leave-one-family-out 8.1% / 7.1% / 6.7%; at 1 thread,
 where the probe held within 1.1x, 3.2% / 3.3% / 3.4% against 3.2% (`benchmarks/
-correction_variants.py` scores the old rule as "targets as timed"). Live on fresh profiles at 0.75: 4.5% and 90% within 10% at 2 threads,
-3.4% and 100% at 1; re-predicted with the targets as timed, 4.6% and 87%, 3.3%: those profiles'
-fastest timings were in the fast state, and the rule changed little there (benchmarks/RESULTS.md,
-2026-12-07 afternoon). 0.75 is also how far a prediction follows the probe now
+correction_variants.py` scores the old rule as "targets as timed"). Live on fresh profiles at
+0.75: 4.5% and 90% within 10% at 2 threads, 3.4% and 100% at 1; re-predicted with the targets as
+timed, 4.6% and 87%, 3.3%: those profiles' fastest timings were in the fast state, and the rule
+changed little there (benchmarks/RESULTS.md, 2026-12-07 afternoon). 0.75 is also how far a prediction follows the probe now
 (`predictor.evaluate.PACE_WEIGHT`); the probe timed beside a model moved its time 0.32-1.04x as
 steeply on the Xeon of 12-06."""
 ProgressFn = Callable[[str], None]
+
+
+def fit_target_s(group: Sequence, then_s: float | None) -> float:
+    """What the correction fits for a setting's end-to-end timings `group`: the fastest, each
+    brought to the profile's pace `then_s` (`kernels_db.store.profile_pace_s`;
+    `TARGET_PACE_EXPONENT`; kernels_db.store._pooled says why the fastest)."""
+    return min(at_profile_pace(g, then_s, TARGET_PACE_EXPONENT) for g in group)
 
 
 @dataclass(frozen=True)
@@ -215,8 +222,7 @@ class Predictor:
         then_s = profile_pace_s(db.model_measurements(self.device.id, kind="e2e"))
         for (spec, _), group in (self.e2e_passes(db) if passes is None else passes).items():
             m = group[0]
-            # the fastest at the profile's pace (kernels_db.store._pooled: why the fastest)
-            median_s = min(at_profile_pace(g, then_s, TARGET_PACE_EXPONENT) for g in group)
+            median_s = fit_target_s(group, then_s)
             inputs = [parse_input_spec(s) for s in m.settings.get("inputs", [])] or None
             shown = " ".join([spec, *m.settings.get("inputs", [])])
             if progress:  # one line per setting: a model is timed at several inputs
