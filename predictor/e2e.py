@@ -41,7 +41,7 @@ SUBNORMAL_TERM = "subnormal_slow_path"  # the per_family entry of `Prediction.su
 # the per_family entry of the chain probe's term in a prediction scaled to the pace now
 # (`predictor.evaluate.at_pace`): what the small ops between and around kernels cost beyond it
 CHAIN_TERM = "small_op_pace"
-CORRECTION_VERSION = 21  # bump when ModelRow or the correction formula changes (11: the
+CORRECTION_VERSION = 22  # bump when ModelRow or the correction formula changes (11: the
 # large-op traffic leaves out the weights of ops over the LLC; 12: contended timings left out;
 # 13: so does the memory traffic; 14: weights over the LLC floored at the stream bandwidth;
 # 15: the per-op term may be negative; 16: the LLC as the profile measured it; 17: every op
@@ -49,7 +49,8 @@ CORRECTION_VERSION = 21  # bump when ModelRow or the correction formula changes 
 # rows at the batched rate, Predictor._cold_rate, and floored ops not times `a`; 19: their
 # fit's error relative to the whole measured time, not to what is left of it; 20: op timings
 # brought to the usual pace, kernels_db.store.at_usual_pace; 21: end-to-end timings brought
-# to the profile's pace, TARGET_PACE_EXPONENT)
+# to the profile's pace, TARGET_PACE_EXPONENT; 22: tree-priced ops at their expected time,
+# family_model.SMEAR_FOLDS)
 TARGET_PACE_EXPONENT = 0.75
 """How far the correction's targets, the zoo's end-to-end timings, are brought from the pace
 probe beside each to the profile's median (`kernels_db.store.at_profile_pace`): a setting's

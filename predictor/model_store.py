@@ -21,13 +21,13 @@ from pathlib import Path
 import numpy as np
 
 from kernels_db.store import KernelDB, MeasuredConfig, library_versions
-from predictor.family_model import FamilyModel, cross_validate
+from predictor.family_model import SMEAR_FOLDS, FamilyModel, cross_validate
 from predictor.features import feature_matrix, feature_names, roofline_s
 from profilers.oprecord import OpRecord
 
 FORMAT = "hwlat-predictor"
-FORMAT_VERSION = 5  # 2: LOG_TARGET_MARGIN; 3: RESIDUAL_FAMILIES; 4: threads; 5: at_usual_pace
-# (older caches retrain)
+FORMAT_VERSION = 6  # 2: LOG_TARGET_MARGIN; 3: RESIDUAL_FAMILIES; 4: threads; 5: at_usual_pace;
+# 6: the smear (family_model.SMEAR_FOLDS) (older caches retrain)
 SIDECAR = "models.json"
 UNMODELLED_FAMILIES = ("free", "unknown")  # no latency to learn: free is 0, unknown has no features
 MIN_ROWS = 10  # fewer measured configs than this: the family falls back to the roofline
@@ -169,9 +169,10 @@ def train(db: KernelDB, device_id: str, directory: Path, *, target: str = "auto"
         y = np.array([r.median_s for r in fam_rows])
         chosen, cv = _choose_target(family, x, y, device.peaks, [r.source for r in fam_rows],
                                     target, params)
-        model = FamilyModel(family, target=chosen, **params)
+        model = FamilyModel(family, target=chosen, smear_folds=SMEAR_FOLDS, **params)
         models[family] = model.fit_matrix(x, y, device.peaks, device.threads)
         families[family] = {"target": chosen, "n_train": len(fam_rows), "cv_mape": cv,
+                            "smear": models[family].smear_,
                             "feature_names": feature_names(family)}
     result = DeviceModels(device.id, token, device.peaks, models, families,
                           roofline_ratios(rows, device.peaks), Path(directory), retrained=True,
