@@ -34,7 +34,7 @@ SMEAR_FOLDS = 5
 out-of-fold log(measured / predicted), the mean of a lognormal error (Duan's smearing, in its
 parametric form). Random folds, not grouped ones: a held-out op config of a new model is like
 the sampled ones, while a whole held-out source (the random sampler, or one zoo model) is not,
-and grouped folds put the factor at 1.1-2.7 and the unseen timm models at 20-45% MAPE. On the
+and grouped folds put the factor at 1.02-1.84 and the unseen timm models at 20% MAPE. On the
 AMD EPYC of 12-07 the factors came out 1.01-1.04 by family (1.08-1.13 for the few rnn
 configs). Four profiles' recorded evaluations re-predicted at the profile's anchor (325
 settings: the held-out zoo and the unseen sets, 1 and 2 threads): MAPE 4.1% -> 3.9% over 117 at
