@@ -114,19 +114,17 @@ class FamilyModel:
         `smear_folds` random folds (`SMEAR_FOLDS` says why); 1.0 under `SMEAR_MIN_ROWS`."""
         if len(x) < max(SMEAR_MIN_ROWS, self.smear_folds):
             return 1.0
-        residuals = []
-        for test in cv_folds(len(x), None, self.smear_folds, self.seed):
-            train = np.setdiff1d(np.arange(len(x)), test)
-            model = FamilyModel(self.family, target=self.target, quantiles=(),
-                                n_estimators=self.n_estimators, learning_rate=self.learning_rate,
-                                num_leaves=self.num_leaves,
-                                min_child_samples=self.min_child_samples, seed=self.seed)
-            p50, _, _ = model.fit_matrix(x[train], latencies_s[train], peaks).predict_matrix(
-                x[test])
-            residuals.append(np.log(latencies_s[test] / p50))
+        params = {"n_estimators": self.n_estimators, "learning_rate": self.learning_rate,
+                  "num_leaves": self.num_leaves, "min_child_samples": self.min_child_samples,
+                  "seed": self.seed}
+        folds = cv_folds(len(x), None, self.smear_folds, self.seed)
+        rows, p50 = out_of_fold(self.family, x, latencies_s, peaks, folds, target=self.target,
+                                **params)
+        if not len(rows):
+            return 1.0
         # winsorised at a factor e: one config timed far off (a noisy timing, an op the trees
         # cannot place) would otherwise set the factor of its whole family
-        r = np.clip(np.concatenate(residuals), -SMEAR_CLIP, SMEAR_CLIP)
+        r = np.clip(np.log(latencies_s[rows] / p50), -SMEAR_CLIP, SMEAR_CLIP)
         return float(np.exp(r.mean() + r.var() / 2))
 
     def _fill_op_level(self, x: np.ndarray, log_latency: np.ndarray | None = None) -> np.ndarray:
@@ -252,12 +250,25 @@ def cross_validate(family: str, x: np.ndarray, latencies_s: np.ndarray, peaks: d
                    groups: Sequence[str] | None, *, target: str, k: int = 3,
                    **params: object) -> float:
     """Held-out MAPE (fraction) of the median model, over grouped folds."""
-    errors = []
-    for test in cv_folds(len(x), groups, k):
+    rows, p50 = out_of_fold(family, x, latencies_s, peaks, cv_folds(len(x), groups, k),
+                            target=target, **params)
+    return float(np.mean(np.abs(p50 / latencies_s[rows] - 1))) if len(rows) else float("nan")
+
+
+def out_of_fold(family: str, x: np.ndarray, latencies_s: np.ndarray, peaks: dict | None,
+                folds: Sequence[np.ndarray], *, target: str,
+                **params: object) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, p50): each fold's rows predicted by a median model (no quantiles, no smear) fitted
+    on the other folds; folds with nothing to fit or test are skipped."""
+    rows, predicted = [], []
+    for test in folds:
         train = np.setdiff1d(np.arange(len(x)), test)
         if len(train) == 0 or len(test) == 0:
             continue
         model = FamilyModel(family, target=target, quantiles=(), **params)
-        p50, _, _ = model.fit_matrix(x[train], latencies_s[train], peaks).predict_matrix(x[test])
-        errors.append(np.abs(p50 / latencies_s[test] - 1))
-    return float(np.mean(np.concatenate(errors))) if errors else float("nan")
+        predicted.append(model.fit_matrix(x[train], latencies_s[train], peaks)
+                         .predict_matrix(x[test])[0])
+        rows.append(test)
+    if not rows:
+        return np.empty(0, dtype=int), np.empty(0)
+    return np.concatenate(rows), np.concatenate(predicted)
