@@ -42,7 +42,9 @@ settings: the held-out zoo and the unseen sets, 1 and 2 threads): MAPE 4.1% -> 3
 6.4% -> 6.5% over 52 on a third (benchmarks/RESULTS.md, 2026-12-07 later afternoon). The trees
 had priced the unseen timm and transformers sets low (a median 0.94-0.97x their measured
 time), where few of their ops were timed exactly; with 3 folds the factors came out higher
-(to 1.13 for pools: trees fitted on two thirds of the configs err more than on all)."""
+(to 1.13 for pools: trees fitted on two thirds of the configs err more than on all). On the
+quickstart's 3-minute profile (62-867 configs a family) its trees err more and the factors came
+out 1.02-1.20: its 4 models, already over, went 9.4% -> 12.6% (one run, 2 threads)."""
 SMEAR_MIN_ROWS = 30  # fewer training configs: no smear (1.0), too few to measure it
 SMEAR_CLIP = 1.0  # out-of-fold log errors are winsorised here (a factor e) before the smear
 
@@ -63,6 +65,13 @@ class FamilyModel:
         self.smear_folds = smear_folds
 
     # ------------------------------------------------------------------------------- fitting
+
+    def _tree_params(self) -> dict:
+        """The constructor's booster parameters (what a fold's model or a saved one is built
+        with)."""
+        return {"n_estimators": self.n_estimators, "learning_rate": self.learning_rate,
+                "num_leaves": self.num_leaves, "min_child_samples": self.min_child_samples,
+                "seed": self.seed}
 
     def _params(self, objective: str, alpha: float | None = None) -> dict:
         params = {"objective": objective, "learning_rate": self.learning_rate,
@@ -114,14 +123,9 @@ class FamilyModel:
         `smear_folds` random folds (`SMEAR_FOLDS` says why); 1.0 under `SMEAR_MIN_ROWS`."""
         if len(x) < max(SMEAR_MIN_ROWS, self.smear_folds):
             return 1.0
-        params = {"n_estimators": self.n_estimators, "learning_rate": self.learning_rate,
-                  "num_leaves": self.num_leaves, "min_child_samples": self.min_child_samples,
-                  "seed": self.seed}
-        folds = cv_folds(len(x), None, self.smear_folds, self.seed)
+        folds = cv_folds(len(x), None, self.smear_folds, self.seed)  # none empty: n >= folds
         rows, p50 = out_of_fold(self.family, x, latencies_s, peaks, folds, target=self.target,
-                                **params)
-        if not len(rows):
-            return 1.0
+                                **self._tree_params())
         # winsorised at a factor e: one config timed far off (a noisy timing, an op the trees
         # cannot place) would otherwise set the factor of its whole family
         r = np.clip(np.log(latencies_s[rows] / p50), -SMEAR_CLIP, SMEAR_CLIP)
@@ -203,10 +207,7 @@ class FamilyModel:
         sidecar = directory / f"{self.family}.json"
         sidecar.write_text(json.dumps({
             "family": self.family, "target": self.target, "quantiles": list(self.quantiles),
-            "params": {"n_estimators": self.n_estimators, "learning_rate": self.learning_rate,
-                       "num_leaves": self.num_leaves,
-                       "min_child_samples": self.min_child_samples, "seed": self.seed,
-                       "smear_folds": self.smear_folds},
+            "params": {**self._tree_params(), "smear_folds": self.smear_folds},
             "feature_names": self.feature_names_, "peaks": self.peaks_, "threads": self.threads_,
             "n_train": self.n_train_, "smear": self.smear_, "files": [p.name for p in files],
             "op_levels": getattr(self, "op_levels_", None),

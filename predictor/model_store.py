@@ -172,7 +172,6 @@ def train(db: KernelDB, device_id: str, directory: Path, *, target: str = "auto"
         model = FamilyModel(family, target=chosen, smear_folds=SMEAR_FOLDS, **params)
         models[family] = model.fit_matrix(x, y, device.peaks, device.threads)
         families[family] = {"target": chosen, "n_train": len(fam_rows), "cv_mape": cv,
-                            "smear": models[family].smear_,
                             "feature_names": feature_names(family)}
     result = DeviceModels(device.id, token, device.peaks, models, families,
                           roofline_ratios(rows, device.peaks), Path(directory), retrained=True,

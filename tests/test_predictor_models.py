@@ -14,7 +14,7 @@ import pytest
 
 from kernels_db.store import KernelDB
 from predictor import model_store
-from predictor.family_model import FamilyModel, cross_validate, cv_folds
+from predictor.family_model import SMEAR_FOLDS, FamilyModel, cross_validate, cv_folds
 from predictor.features import feature_matrix, feature_names, feature_row, roofline_s
 from profilers import ops, sampling
 from profilers.errors import NotFittedError
@@ -156,7 +156,7 @@ def test_the_smear_makes_p50_the_ops_expected_time_under_a_lognormal_error():
     fit = [r for r, keep in zip(records, train, strict=True) if keep]
     held = [r for r, keep in zip(records, test, strict=True) if keep]
     plain = FamilyModel("conv", **SMALL).fit(fit, times[train], PEAKS)
-    smeared = FamilyModel("conv", smear_folds=3, **SMALL).fit(fit, times[train], PEAKS)
+    smeared = FamilyModel("conv", smear_folds=SMEAR_FOLDS, **SMALL).fit(fit, times[train], PEAKS)
     assert plain.smear_ == 1.0
     assert 1.02 < smeared.smear_ < 1.15
     short = np.mean(times[test] / plain.predict(held)[0])
@@ -170,7 +170,7 @@ def test_the_smear_makes_p50_the_ops_expected_time_under_a_lognormal_error():
 
 
 def test_a_saved_smear_is_loaded(tmp_path, convs):
-    model = FamilyModel("conv", smear_folds=3, **SMALL).fit(
+    model = FamilyModel("conv", smear_folds=SMEAR_FOLDS, **SMALL).fit(
         convs, [synthetic_s(r) * (1.3 if i % 3 else 0.8) for i, r in enumerate(convs)], PEAKS)
     assert model.smear_ != 1.0
     model.save(tmp_path)
