@@ -154,6 +154,16 @@ def test_random_norms_include_nfnets_weight_standardisation() -> None:
     assert any(not ops.bound(r)["training"] for r in records)
 
 
+def test_weight_standardisations_reach_wide_3x3_fan_ins_within_the_size_cap() -> None:
+    """A profile's draws (`sampling.draws`) reach the fan-ins of resnet-50-sized 3x3 convs (9 x
+    512) and past them, which the model priced 3-4x low while no draw went there."""
+    records = sampling.random_records("norm", sampling.draws("norm", 60), seed=0)
+    train = [r for r in records if "batch_norm" in r.op and ops.bound(r)["training"]]
+    assert len(train) >= 20
+    assert max(r.inputs[0].shape[2] for r in train) > 9 * 512
+    assert all(r.inputs[0].numel <= sampling.STANDARDIZED_MAX_NUMEL for r in train)
+
+
 def test_the_data_family_draws_the_detectors_roi_align_and_nms() -> None:
     from profilers.opbench import check_replay
 
