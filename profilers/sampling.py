@@ -513,11 +513,13 @@ its 53 standardisations at 19.4 ms against 43.3): see `STANDARDIZED_MAX_NUMEL`."
 STANDARDIZED_MAX_NUMEL = 16 << 20
 """Largest standardised weight drawn (elements; ~30 ms at 1 thread, 1.85 ns an element here).
 K runs to 9 x 2048, as BiT's wide 3x3 convs (resnetv2_50x3_bit's over 1536 channels: 13824,
-21M elements); a draw past this halves its out channels, and the roofline-residual target
-carries the trees' price per element beyond it. With 27 such draws added to the 1-thread profile of
-12-07 (AMD EPYC), the recorded standardised-conv set re-predicted at 3.1% MAPE, 5 of 5 within
-10%, against 8.9% and 3 of 5 (nf_resnet50 -12.6% -> +1.6%, resnetv2_50x1_bit -15.8% -> +0.4%);
-timm2's dm_nfnet_f0 -12.1% -> +6.1%; the held-out zoo and the other unseen sets unchanged."""
+21M elements); a draw past this halves its out channels. Where the norm model fits the
+roofline residual (it chose it on every profile of 12-07), its price per element carries beyond
+the largest draw. A resume of the 1-thread profile of 12-07 (AMD EPYC) with this sampler added 27
+standardisations; with them the recorded standardised-conv set re-predicted at 3.1% MAPE, 5 of 5
+within 10%, against 8.9% and 3 of 5 (nf_resnet50 -12.6% -> +1.6%, resnetv2_50x1_bit -15.8% ->
++0.4%); timm2's dm_nfnet_f0 -12.1% -> +6.1%; the held-out zoo and the other unseen sets moved by
+0.05 point or less."""
 
 
 def _norm_act(rng: random.Random) -> tuple[nn.Module, list[tuple[int, ...]], bool]:
