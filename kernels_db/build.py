@@ -279,7 +279,8 @@ class _Metered:
     """Meters consecutive op timings with `profilers.contention` and records the reading with
     them (`KernelDB.annotate_cpu_use`). One op is often timed in a few milliseconds, too short
     for the kernel's 10 ms ticks, so a reading covers the timings of at least
-    `contention.MIN_WINDOW_S`; those a call times last, in a shorter window, stay unknown.
+    `contention.MIN_WINDOW_S`; those a call times last, in a shorter window, stay unknown
+    (`close` gives them their pace).
 
     With `probe` (`profilers.pace.probe`, on a CPU) the machine's pace is timed between windows
     and each window's timings get the geometric mean of the paces before and after it: a VM that
@@ -302,6 +303,17 @@ class _Metered:
                 window_pace, self.pace_s = math.sqrt(self.pace_s * after), after
             self.db.annotate_cpu_use(self.ids, use, self.threads, pace_s=window_pace)
             self.meter, self.ids = Meter(), []
+
+    def close(self) -> None:
+        """The timings of a last window too short to meter get the pace around them all the same
+        (their CPU use stays unknown). A timing with no pace counts as unpaired to a later run's
+        re-timing (`KernelDB.claim_unmeasured`, `paced`): of two runs sharing a database, the
+        one that finished second timed some of the other's last configs a third time."""
+        if self.probe and self.ids:
+            after = self.probe()
+            self.db.annotate_pace(self.ids, math.sqrt(self.pace_s * after))
+            self.pace_s = after
+        self.meter, self.ids = Meter(), []
 
 
 def window_probe(device: str) -> Callable[[], float] | None:
@@ -364,6 +376,7 @@ def measure_configs(db: KernelDB, device_id: str, run_id: str, settings: Profile
                 if progress:
                     progress(f"{verb} {row.family} ({row.source}{what})", deadline.fraction())
         db.release_claims(run_id)
+    metered.close()
     return done
 
 

@@ -802,6 +802,14 @@ class KernelDB:
                 f" '$.cpu_use', json(?){paced}) WHERE id = ?",
                 [(_dumps(reading), *extra, mid) for mid in measurement_ids])
 
+    def annotate_pace(self, measurement_ids: Sequence[int], pace_s: float) -> None:
+        """Record the machine's pace over these op timings (`profilers.pace`, read by `measured`)
+        where their CPU use was not read (`annotate_cpu_use` records both)."""
+        with self.transaction() as conn:
+            conn.executemany(
+                "UPDATE measurements SET telemetry_json = json_set(coalesce(telemetry_json, '{}'),"
+                " '$.pace_s', ?) WHERE id = ?", [(float(pace_s), mid) for mid in measurement_ids])
+
     def run_contention(self, run_id: str) -> tuple[int, float | None]:
         """(how many of the run's op timings ran beside other work, the most cores others
         took during one of them; None where none was metered)."""

@@ -329,6 +329,36 @@ def test_the_op_timings_flagged_are_recorded_with_their_reading(tmp_path):
         assert db.claim_unmeasured("d", run, 10, contended=True) == []  # claimed already
 
 
+def test_a_last_window_too_short_to_meter_still_gets_its_pace(tmp_path, monkeypatch):
+    """Its CPU use stays unknown, but a finished run's timings all carry a pace: a concurrent
+    run's re-timing counted one without it as unpaired and timed the config a third time."""
+    from kernels_db import build
+    from kernels_db.store import KernelDB
+
+    paces = iter([2.0, 8.0])  # ms: before the window and at close
+
+    class Meter:  # every window too short for the kernel's ticks
+        def stop(self):
+            return None
+
+    with KernelDB.open(tmp_path / "k.db") as db:
+        ids, run = _additions(db, 2)
+        monkeypatch.setattr(build, "Meter", Meter)
+        metered = build._Metered(db, 1, probe=lambda: next(paces) * 1e-3)
+        for key in ("k0", "k1"):
+            metered.timed(db.add_measurement(ids[key], run, [1e-3], flushed=True, threads=1,
+                                             noisy=False))
+        assert {r.pace_s for r in db.measured("d")} == {None}
+        metered.close()
+        assert [r.pace_s * 1e3 for r in db.measured("d")] == pytest.approx([4.0, 4.0])
+        other = db.start_run("d", budget_s=None, settings={})
+        db.add_measurement(ids["k0"], other, [1e-3], flushed=True, threads=1, noisy=False)
+        db.finish_run(run)
+        later = db.start_run("d", budget_s=None, settings={})
+        # k0 has two timings, both paced (the other run's as its own: still running); k1 one
+        assert [c.key for c in db.claim_unmeasured("d", later, 10, below=2, paced=True)] == ["k1"]
+
+
 def test_each_metering_window_gets_the_pace_around_it_and_timings_are_brought_to_the_usual(
         tmp_path, monkeypatch):
     """A VM flapping between two speeds: the probe between windows reads each window's pace,
