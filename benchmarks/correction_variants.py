@@ -82,6 +82,10 @@ The variants (`VARIANTS`; one entry each):
 - weights by the pass time, 5, 20 or 50 ms: the weight re-read term times t / (t + tau), t the
   pass's op sum: a layer's weights are colder the longer the pass since it last ran
   (`benchmarks/cold_after.py`).
+- slow side Huber k 1, 0.5 or 0.25: the five terms with a lower Huber threshold (in robust
+  sigmas, against `HUBER_K`'s 2) on the settings measured slower than their fit: a target timed
+  in a slow spell the pace probe missed is only ever slow, never fast; not kept
+  (benchmarks/RESULTS.md, 2026-12-07 night).
 
 On the 2-vCPU dev VM's 32 MiB-L3 incarnation (eleven pairs, 12-02 23:51 to 12-03 09:25;
 benchmarks/RESULTS.md, 2026-12-03 late morning; thirteen with the fixed overheads, the midday
@@ -104,6 +108,7 @@ import numpy as np
 
 from kernels_db.store import KernelDB, profile_pace_s
 from predictor.correction import (
+    HUBER_K,
     MIN_SHARE_OF_SUM,
     SIGNED_TERMS,
     Correction,
@@ -288,21 +293,22 @@ def _nothing(s: Setting) -> float:
 
 def _solve(columns: Callable[[Setting], np.ndarray], train: list[Setting],
            given: Callable[[Setting], float] = _floored,
-           signed: tuple[int, ...] = SIGNED_TERMS) -> np.ndarray:
+           signed: tuple[int, ...] = SIGNED_TERMS, k_slow: float = HUBER_K) -> np.ndarray:
     """The coefficients of `columns` fitted to each measured time beside the part `given` (not
     fitted; by default the floored ops, as the predictor takes them), the error relative to the
     measured time; those in `signed` (by default the per-op term, column 1, as the predictor
     fits it) may come out negative."""
     x = np.array([columns(s) for s in train])
     return solve_columns(x, np.array([s.measured_s for s in train]), signed=signed,
-                         given=np.array([given(s) for s in train]))
+                         given=np.array([given(s) for s in train]), k_slow=k_slow)
 
 
 def _fit_linear(columns: Callable[[Setting], np.ndarray], train: list[Setting],
                 given: Callable[[Setting], float] = _floored,
-                signed: tuple[int, ...] = SIGNED_TERMS) -> Callable[[Setting], float]:
+                signed: tuple[int, ...] = SIGNED_TERMS,
+                k_slow: float = HUBER_K) -> Callable[[Setting], float]:
     """`_solve`'s fit as a predictor (with `Correction.apply`'s floor under the op sum)."""
-    coef = _solve(columns, train, given, signed)
+    coef = _solve(columns, train, given, signed, k_slow)
     return lambda s: max(float(columns(s) @ coef + given(s)),
                          MIN_SHARE_OF_SUM * coef[0] * columns(s)[0] + given(s))
 
@@ -443,6 +449,8 @@ VARIANTS: dict[str, Callable[[list[Setting]], Callable[[Setting], float]]] = {
     **{f"weights by the pass time, {ms} ms": lambda t, ms=ms: _fit_linear(
         lambda s: s.terms * np.array([1, 1, 1, _pass_share(s, ms / 1e3), 1]), t)
        for ms in (5, 20, 50)},
+    **{f"slow side Huber k {k}": lambda t, k=k: _fit_linear(_as_fitted, t, k_slow=k)
+       for k in (1.0, 0.5, 0.25)},
 }
 
 

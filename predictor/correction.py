@@ -143,6 +143,7 @@ class ModelRow:
 N_TERMS = 5
 TERM_NAMES = ("sum of ops", "per-op overhead", "memory traffic", "weight re-read",
               "large-op traffic")
+HUBER_K = 2.0  # the fit's Huber threshold, in robust sigmas of its relative residuals
 SIGNED_TERMS = (1,)  # the per-op term: the only one fitted with either sign (module docstring)
 # a negative per-op term takes a prediction no lower than this x a x the scaled sum (the ops
 # not priced at their cold weights) + the ops priced so
@@ -206,7 +207,8 @@ def _solve(rows: Sequence[ModelRow], terms: Sequence[int] = tuple(range(N_TERMS)
 
 
 def solve_columns(x: np.ndarray, y: np.ndarray, terms: Sequence[int] | None = None, *,
-                  signed: Sequence[int] = (), given: np.ndarray | None = None) -> np.ndarray:
+                  signed: Sequence[int] = (), given: np.ndarray | None = None,
+                  k_slow: float = HUBER_K) -> np.ndarray:
     """Coefficients of `x @ coef + given ~ y` (one row per model, column 0 the sum of its ops;
     `given`, default 0, the part of each time not fitted) minimising Huber-weighted error
     relative to `y`, kept >= 0 but for the columns in `signed`, using only the columns in
@@ -223,7 +225,7 @@ def solve_columns(x: np.ndarray, y: np.ndarray, terms: Sequence[int] | None = No
     wanted = {0, *(range(n) if terms is None else terms)}
     active = sorted(wanted) if len(x) > len(wanted) else [0]
     while True:
-        coef = _huber_lstsq(columns[:, active], target)
+        coef = _huber_lstsq(columns[:, active], target, k_slow=k_slow)
         kept = [i for i, c in zip(active, coef, strict=True) if c >= 0 or i == 0 or i in signed]
         if kept == active:  # all >= 0, or only column 0 negative: the fallback below
             break
@@ -244,15 +246,19 @@ def _fitted(rows: Sequence[ModelRow], terms: Sequence[int] = tuple(range(N_TERMS
                       c_large_traffic=c_large, terms=tuple(sorted({0, *terms})))
 
 
-def _huber_lstsq(a: np.ndarray, b: np.ndarray, iterations: int = 10) -> np.ndarray:
-    """Least squares of a @ coef ~ b with Huber weights (k = 2 robust sigmas)."""
+def _huber_lstsq(a: np.ndarray, b: np.ndarray, iterations: int = 10,
+                 k_slow: float = HUBER_K) -> np.ndarray:
+    """Least squares of a @ coef ~ b with Huber weights (k = `HUBER_K` robust sigmas; `k_slow`
+    where a @ coef falls short of b: a measured time longer than its fit)."""
     w = np.ones(len(a))
     coef = np.zeros(a.shape[1])
     for _ in range(iterations):
         coef, *_ = np.linalg.lstsq(a * w[:, None], b * w, rcond=None)
-        r = np.abs(a @ coef - b)
+        signed_r = a @ coef - b
+        r = np.abs(signed_r)
         sigma = 1.4826 * float(np.median(r)) + 1e-12
-        w = np.where(r <= 2 * sigma, 1.0, np.sqrt(2 * sigma / np.maximum(r, 1e-12)))
+        k = np.where(signed_r < 0, k_slow, HUBER_K) * sigma
+        w = np.where(r <= k, 1.0, np.sqrt(k / np.maximum(r, 1e-12)))
     return coef
 
 

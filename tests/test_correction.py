@@ -135,6 +135,17 @@ def test_solve_columns_fits_any_number_of_candidate_terms_and_drops_negative_one
     assert solve_columns(x, y, terms=(1,)) == pytest.approx([s.sum() / (s * s).sum(), 0, 0, 0, 0, 0])
 
 
+def test_a_lower_threshold_on_the_slow_side_weighs_slow_timings_less():
+    """`k_slow` (benchmarks/correction_variants.py's "slow side" variants): settings measured
+    slower than their fit weigh less the lower it is."""
+    rng = np.random.default_rng(5)
+    x = rng.uniform(0.001, 0.05, (30, 1))
+    y = x[:, 0] * (1 + rng.normal(0.0, 0.02, 30))
+    y[:8] *= 1.35  # a quarter timed in a slow spell
+    assert solve_columns(x, y)[0] > 1.04  # Huber at 2 robust sigmas on both sides
+    assert solve_columns(x, y, k_slow=0.5)[0] == pytest.approx(1.0, abs=0.005)
+
+
 def test_lofo_reports_held_out_error_against_the_plain_sum():
     cv = leave_one_family_out(rows(1.3, 5e-6, 0.2))
     assert cv["n_families"] == 4
