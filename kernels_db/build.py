@@ -29,7 +29,7 @@ from kernels_db.store import (
     slow_spell_ids,
 )
 from profilers import isolate, sampling, zoo
-from profilers.contention import Meter
+from profilers.contention import CpuUse, Meter
 from profilers.errors import HwlatError
 
 ProgressFn = Callable[[str, float], None]
@@ -297,22 +297,24 @@ class _Metered:
         self.ids.append(measurement_id)
         use = self.meter.stop()
         if use is not None:
-            window_pace = None
-            if self.probe:
-                after = self.probe()
-                window_pace, self.pace_s = math.sqrt(self.pace_s * after), after
-            self.db.annotate_cpu_use(self.ids, use, self.threads, pace_s=window_pace)
-            self.meter, self.ids = Meter(), []
+            self._close_window(use)
 
     def close(self) -> None:
         """The timings of a last window too short to meter get the pace around them all the same
         (their CPU use stays unknown). A timing with no pace counts as unpaired to a later run's
         re-timing (`KernelDB.claim_unmeasured`, `paced`): of two runs sharing a database, the
         one that finished second timed some of the other's last configs a third time."""
-        if self.probe and self.ids:
+        if self.ids:
+            self._close_window(None)
+
+    def _close_window(self, use: CpuUse | None) -> None:
+        """Record the window's reading and the pace around it (geometric mean of the probe
+        before and after) with its timings, and open the next window."""
+        window_pace = None
+        if self.probe:
             after = self.probe()
-            self.db.annotate_pace(self.ids, math.sqrt(self.pace_s * after))
-            self.pace_s = after
+            window_pace, self.pace_s = math.sqrt(self.pace_s * after), after
+        self.db.annotate_cpu_use(self.ids, use, self.threads, pace_s=window_pace)
         self.meter, self.ids = Meter(), []
 
 

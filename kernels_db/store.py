@@ -787,28 +787,26 @@ class KernelDB:
             conn.execute("DELETE FROM claims WHERE config_id = ?", (config_id,))
             return cur.lastrowid
 
-    def annotate_cpu_use(self, measurement_ids: Sequence[int], use: CpuUse,
+    def annotate_cpu_use(self, measurement_ids: Sequence[int], use: CpuUse | None,
                          threads: int | None, *, pace_s: float | None = None) -> None:
         """Record in these op timings' telemetry what other processes used of the CPUs while
-        they ran (one reading over all of them) and whether that was enough to slow them
-        (`CpuUse.contended`); `claim_unmeasured(contended=True)` and `run_contention` read it
-        back. `pace_s`: the machine's pace over them (`profilers.pace`), read by `measured`."""
-        reading = {**use.to_stats(), "contended": use.contended(threads)}
-        paced = "" if pace_s is None else ", '$.pace_s', ?"
-        extra = () if pace_s is None else (float(pace_s),)
+        they ran (one reading over all of them; None: not read, a window too short) and whether
+        that was enough to slow them (`CpuUse.contended`); `claim_unmeasured(contended=True)` and
+        `run_contention` read it back. `pace_s`: the machine's pace over them
+        (`profilers.pace`), read by `measured`."""
+        paths, values = [], []
+        if use is not None:
+            paths.append("'$.cpu_use', json(?)")
+            values.append(_dumps({**use.to_stats(), "contended": use.contended(threads)}))
+        if pace_s is not None:
+            paths.append("'$.pace_s', ?")
+            values.append(float(pace_s))
+        if not paths:
+            return
         with self.transaction() as conn:
             conn.executemany(
                 "UPDATE measurements SET telemetry_json = json_set(coalesce(telemetry_json, '{}'),"
-                f" '$.cpu_use', json(?){paced}) WHERE id = ?",
-                [(_dumps(reading), *extra, mid) for mid in measurement_ids])
-
-    def annotate_pace(self, measurement_ids: Sequence[int], pace_s: float) -> None:
-        """Record the machine's pace over these op timings (`profilers.pace`, read by `measured`)
-        where their CPU use was not read (`annotate_cpu_use` records both)."""
-        with self.transaction() as conn:
-            conn.executemany(
-                "UPDATE measurements SET telemetry_json = json_set(coalesce(telemetry_json, '{}'),"
-                " '$.pace_s', ?) WHERE id = ?", [(float(pace_s), mid) for mid in measurement_ids])
+                f" {', '.join(paths)}) WHERE id = ?", [(*values, mid) for mid in measurement_ids])
 
     def run_contention(self, run_id: str) -> tuple[int, float | None]:
         """(how many of the run's op timings ran beside other work, the most cores others

@@ -330,27 +330,33 @@ def test_the_op_timings_flagged_are_recorded_with_their_reading(tmp_path):
 
 
 def test_a_last_window_too_short_to_meter_still_gets_its_pace(tmp_path, monkeypatch):
-    """Its CPU use stays unknown, but a finished run's timings all carry a pace: a concurrent
-    run's re-timing counted one without it as unpaired and timed the config a third time."""
+    """Its CPU use stays unknown, but every timing of a finished call carries a pace: a
+    concurrent run's re-timing counted one without it as unpaired and timed the config a third
+    time (test_two_concurrent_runs_split_the_work, once)."""
     from kernels_db import build
     from kernels_db.store import KernelDB
 
-    paces = iter([2.0, 8.0])  # ms: before the window and at close
+    paces = iter([2.0, 8.0])  # ms: the probe before the window and after it
 
     class Meter:  # every window too short for the kernel's ticks
         def stop(self):
             return None
 
+    def time_config(db, row, run_id, settings, flusher, threads, metered):
+        metered.timed(db.add_measurement(row.id, run_id, [1e-3], flushed=True, threads=1,
+                                         noisy=False))
+        return True
+
+    monkeypatch.setattr(build, "Meter", Meter)
+    monkeypatch.setattr(build, "window_probe", lambda device: lambda: next(paces) * 1e-3)
+    monkeypatch.setattr(build, "_time_config", time_config)
     with KernelDB.open(tmp_path / "k.db") as db:
         ids, run = _additions(db, 2)
-        monkeypatch.setattr(build, "Meter", Meter)
-        metered = build._Metered(db, 1, probe=lambda: next(paces) * 1e-3)
-        for key in ("k0", "k1"):
-            metered.timed(db.add_measurement(ids[key], run, [1e-3], flushed=True, threads=1,
-                                             noisy=False))
-        assert {r.pace_s for r in db.measured("d")} == {None}
-        metered.close()
-        assert [r.pace_s * 1e3 for r in db.measured("d")] == pytest.approx([4.0, 4.0])
+        done = build.measure_configs(db, "d", run, build.ProfileSettings(), build._Deadline(60),
+                                     None, 1)
+        assert done == 2
+        assert [r.pace_s for r in db.measured("d")] == pytest.approx([4e-3, 4e-3])
+        assert db.run_contention(run) == (0, None)  # no reading: their CPU use unknown
         other = db.start_run("d", budget_s=None, settings={})
         db.add_measurement(ids["k0"], other, [1e-3], flushed=True, threads=1, noisy=False)
         db.finish_run(run)
