@@ -85,7 +85,7 @@ The variants (`VARIANTS`; one entry each):
 - slow side Huber k 1, 0.5 or 0.25: the five terms with a lower Huber threshold (in robust
   sigmas, against `HUBER_K`'s 2) on the settings measured slower than their fit: a target timed
   in a slow spell the pace probe missed is only ever slow, never fast; not kept
-  (benchmarks/RESULTS.md, 2026-12-07 night).
+  (benchmarks/RESULTS.md, 2026-12-07 late night).
 
 On the 2-vCPU dev VM's 32 MiB-L3 incarnation (eleven pairs, 12-02 23:51 to 12-03 09:25;
 benchmarks/RESULTS.md, 2026-12-03 late morning; thirteen with the fixed overheads, the midday
@@ -450,7 +450,7 @@ VARIANTS: dict[str, Callable[[list[Setting]], Callable[[Setting], float]]] = {
         lambda s: s.terms * np.array([1, 1, 1, _pass_share(s, ms / 1e3), 1]), t)
        for ms in (5, 20, 50)},
     **{f"slow side Huber k {k}": lambda t, k=k: _fit_linear(_as_fitted, t, k_slow=k)
-       for k in (1.0, 0.5, 0.25)},
+       for k in (1, 0.5, 0.25)},
 }
 
 

@@ -212,7 +212,8 @@ def solve_columns(x: np.ndarray, y: np.ndarray, terms: Sequence[int] | None = No
     """Coefficients of `x @ coef + given ~ y` (one row per model, column 0 the sum of its ops;
     `given`, default 0, the part of each time not fitted) minimising Huber-weighted error
     relative to `y`, kept >= 0 but for the columns in `signed`, using only the columns in
-    `terms` (all by default; 0 always).
+    `terms` (all by default; 0 always). `k_slow`: the Huber threshold for the rows measured
+    slower than their fit (`_huber_lstsq`), by default the same as for the others.
 
     Columns whose coefficient comes out negative (and may not) are dropped and the rest refitted;
     column 0 always stays (with no usable fit, its own coefficient negative, it is the ratio that
