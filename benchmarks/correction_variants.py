@@ -86,9 +86,9 @@ The variants (`VARIANTS`; one entry each):
   sigmas, against `HUBER_K`'s 2) on the settings measured slower than their fit: a target timed
   in a slow spell the pace probe missed is only ever slow, never fast; not kept
   (benchmarks/RESULTS.md, 2026-12-07 late night).
-- earliest timing only: each zoo setting's target from its earliest quiet timing, not the faster
-  of its two: what a profile that timed every setting once would fit (the second pass re-times
-  the settings flagged slow first, then as many others as its time allows);
+- earliest timing only: each zoo setting's target from its earliest quiet timing alone: the fit
+  without the second of a setting's two quiet timings (it differs from as fitted only on the
+  settings timed twice in quiet: 0-23 per profile; a timing flagged slow is left out either way);
 - targets at the 10th / 25th percentile: each timing's median replaced by that percentile of its
   samples, times the profile's median ratio of median to that percentile over its quiet timings
   (`_low_targets`): a slow spell shorter than a timing slows some of its samples, not its fastest
@@ -161,7 +161,7 @@ class Setting:
     # a zoo setting's target from each timing's LOW_QUANTILES percentile of samples instead of
     # its median, times the profile's typical median / that percentile (`_low_targets`)
     low_s: dict[int, float] | None = None
-    first_s: float = 0.0  # a zoo setting's target from its earliest timing alone
+    first_s: float = 0.0  # a zoo setting's target from its earliest quiet timing alone
 
 
 def _setting(predictor: Predictor, captured, family: str, measured_s: float) -> Setting:
@@ -498,6 +498,7 @@ def settings_of(db: KernelDB, report: dict) -> tuple[Predictor, list[tuple[list,
     predictor = Predictor.for_device(db, report["device"])
     timings = db.model_measurements(predictor.device.id, kind="e2e")
     then_s = profile_pace_s(timings)
+    ratios = low_ratios(timings)
     zoo = []
     for (spec, _), group in predictor.e2e_passes(db).items():
         m = group[0]
@@ -509,7 +510,7 @@ def settings_of(db: KernelDB, report: dict) -> tuple[Predictor, list[tuple[list,
             continue
         zoo.append((group, replace(_setting(predictor, c, m.family, fit_target_s(group, then_s)),
                                    timed_s=min(g.median_s for g in group),
-                                   low_s=_low_targets(group, timings, then_s),
+                                   low_s=_low_targets(group, ratios, then_s),
                                    first_s=fit_target_s([min(group, key=lambda g: g.created_at)],
                                                         then_s))))
     held = [_setting(predictor, captured(m["spec"], m["inputs"], predictor.device.kind,
@@ -519,19 +520,20 @@ def settings_of(db: KernelDB, report: dict) -> tuple[Predictor, list[tuple[list,
     return predictor, zoo, held
 
 
-def _low_targets(group: list, timings: list, then_s: float | None) -> dict[int, float]:
-    """A zoo setting's target as `fit_target_s` fits it, with each timing's median replaced by
-    a low percentile of its samples times the profile's median ratio of median to that
-    percentile over its quiet timings (`quiet_ids`): a slow spell shorter than a timing slows
-    some of its samples, not its fastest tenth."""
+def low_ratios(timings: list) -> dict[int, float]:
+    """Per `LOW_QUANTILES` percentile, the profile's median ratio of a timing's median to that
+    percentile of its samples, over its quiet timings (`quiet_ids`)."""
     quiet = quiet_ids(timings)
-    out = {}
-    for q in LOW_QUANTILES:
-        ratio = float(np.median([m.median_s / np.percentile(m.samples_s, q)
-                                 for m in timings if m.id in quiet]))
-        out[q] = fit_target_s([replace(m, median_s=float(np.percentile(m.samples_s, q)) * ratio)
-                               for m in group], then_s)
-    return out
+    return {q: float(np.median([m.median_s / np.percentile(m.samples_s, q)
+                                for m in timings if m.id in quiet])) for q in LOW_QUANTILES}
+
+
+def _low_targets(group: list, ratios: dict[int, float], then_s: float | None) -> dict[int, float]:
+    """A zoo setting's target as `fit_target_s` fits it, with each timing's median replaced by
+    a low percentile of its samples times the profile's ratio of median to it (`low_ratios`): a
+    slow spell shorter than a timing slows some of its samples, not its fastest tenth."""
+    return {q: fit_target_s([replace(m, median_s=float(np.percentile(m.samples_s, q)) * ratio)
+                             for m in group], then_s) for q, ratio in ratios.items()}
 
 
 def reproduction_gap(predict: Callable[[Setting], float], held: list[Setting],
