@@ -93,8 +93,8 @@ The variants (`VARIANTS`; one entry each):
   samples, times the profile's median ratio of median to that percentile over its quiet timings
   (`_low_targets`): a slow spell shorter than a timing slows some of its samples, not its fastest
   tenth (mobilenet_v3_small at 1x3x224x224 in the 1-thread profile of 21:16 took a median 1.50x
-  its 19:26 timing, its 10th percentile 1.16x). Neither kept (benchmarks/RESULTS.md, 2026-12-07
-  midnight).
+  its 19:26 timing, its 10th percentile 1.16x). Neither percentile kept, nor the earliest timing
+  only (benchmarks/RESULTS.md, 2026-12-07 midnight).
 
 On the 2-vCPU dev VM's 32 MiB-L3 incarnation (eleven pairs, 12-02 23:51 to 12-03 09:25;
 benchmarks/RESULTS.md, 2026-12-03 late morning; thirteen with the fixed overheads, the midday
