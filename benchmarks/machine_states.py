@@ -14,8 +14,8 @@ the small conv took 55 us or 72 us, mnasnet0_5 4.0 ms or 6.0 ms, while the matmu
 the fast ticks), in 12 spells of a median 6.5 s and up to 63 s; in other minutes 10% were. At 1
 thread the small conv did not move. OMP_PROC_BIND=true did not keep the fast state;
 OMP_WAIT_POLICY=ACTIVE made every tick slow, PASSIVE took mnasnet0_5 to 16 ms. That is the scale
-of what a 2-thread profile and a later evaluation disagree on for models of small ops (README:
-the re-measurement row).
+of what a 2-thread profile and a later evaluation disagree on for models of small ops (benchmarks/ACCURACY.md:
+the re-measurement column).
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ the model's fastest (slow), how many of them the probe flagged (`pace.slow_ids` 
 run's timings, as the profile flags a device's), how many fast ones it flagged too; and the
 90th percentile of the timings over the fastest, of all and of those it leaves unflagged.
 
-On the 2-vCPU dev VM at 2 threads (30 rounds, an earlier script with the same probe; README and
-benchmarks/RESULTS.md, 2026-12-02 evening): r = 0.82, 0.83 and 0.70; of 45 slow timings 28
+On the 2-vCPU dev VM at 2 threads (30 rounds, an earlier script with the same probe; benchmarks/ACCURACY.md
+and RESULTS.md, 2026-12-02 evening): r = 0.82, 0.83 and 0.70; of 45 slow timings 28
 flagged, 3 fast ones flagged; 90th percentiles 1.38x/1.54x/1.65x for all, 1.13x/1.25x/1.37x for
 those kept.
 """

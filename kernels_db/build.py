@@ -403,7 +403,7 @@ profiled) gave 6.8% held-out MAPE instead of 7.3%, and 81% instead of 77% within
 same evaluation. Within a pass the settings go round the models (every model's first setting, then
 every model's second), so a pass cut short leaves out the last settings of the models that have the
 most, not whole models. The next profile (every setting timed in the first pass, 42 of 59 again in
-the second) scored 6.1%, 5.6%, 5.0% and 5.9% MAPE on the README's four 2-thread sets, against 7.5%,
+the second) scored 6.1%, 5.6%, 5.0% and 5.9% MAPE on the four 2-thread sets of benchmarks/ACCURACY.md, against 7.5%,
 8.7%, 16.6% and 9.5% before."""
 E2E_SHARE = 0.25  # of the budget for both passes together (about)
 SECOND_PASS_MIN = 0.25  # of that share, kept for the second pass even when the first used it all
