@@ -210,7 +210,8 @@ def test_a_slow_spell_in_one_round_moves_the_measurement_little_and_is_reported(
 
 def test_a_round_timed_beside_other_work_is_left_out_of_the_measurement_and_said(predictor):
     busy = {"cpu_use": CpuUse(1.4, 2, 1.0)}  # at 1 thread: others on the free core and ours
-    rounds = iter([(1.0, {}), (1.0, busy), (1.5, busy), (1.5, busy), (1.1, {}), (1.5, busy)])
+    rounds = iter([(1.0, {}), (1.0, busy), (1.5, busy), (1.5, busy), (1.1, {}), (1.5, busy),
+                   (1.5, busy), (1.5, busy)])  # resnet18's two extra rounds: busy again
 
     def fake_measure(spec, inputs, runs, warmup, threads, device, dtype):
         f, use = next(rounds)
@@ -221,18 +222,20 @@ def test_a_round_timed_beside_other_work_is_left_out_of_the_measurement_and_said
     quiet, spoilt = report.rows
     assert quiet.contended_rounds == [1] and quiet.measured_ms == pytest.approx(4.2)  # 4.0, 4.4
     assert quiet.slow_rounds == spoilt.slow_rounds == []  # no pace probed: none in a slow spell
-    assert spoilt.contended_rounds == [0, 1, 2] and spoilt.measured_ms == pytest.approx(6.0)
+    assert spoilt.contended_rounds == [0, 1, 2, 3, 4] and spoilt.measured_ms == pytest.approx(6.0)
     assert quiet.others_cores_max == 1.4
     # the machine's own noise is read off the rounds the measurements are made of
     assert quiet.quiet_rounds_ms == pytest.approx([4.0, 4.4])
     assert quiet.round_spread_pct == pytest.approx(0.4 / 4.2 * 100)
-    assert report.remeasurement()["n"] == 2 + 3  # resnet18 had no quiet round: all three
+    assert report.remeasurement()["n"] == 2 + 5  # resnet18 had no quiet round: all five
     [note] = [n for n in report.notes if "other processes" in n]
     assert note.startswith("2 of 2 models had a round timed while other processes kept up to "
                            "1.4 cores busy; their measurement leaves it out, except 1 with no "
                            "quiet round, whose measured time includes it (e.g. "
                            "torchvision:resnet18 1x3x32x32)")
-    assert json.loads(json.dumps(report.to_json()))["models"][1]["contended_rounds"] == [0, 1, 2]
+    assert json.loads(json.dumps(report.to_json()))["models"][1]["contended_rounds"] == [
+        0, 1, 2, 3, 4]
+    assert report.round_spread_pct()["rounds"] == 3  # the planned rounds
 
 
 def test_a_round_timed_in_a_slow_spell_is_left_out_where_the_model_has_another(predictor):
@@ -263,7 +266,8 @@ def test_a_round_timed_in_a_slow_spell_is_left_out_where_the_model_has_another(p
 def test_a_model_whose_other_rounds_were_beside_other_work_keeps_its_slow_rounds(predictor):
     busy = {"cpu_use": CpuUse(1.4, 2, 1.0)}
     rounds = iter([(1.0, 5.0, busy), (1.0, 5.0, {}), (1.5, 10.0, {}), (1.0, 5.0, {}),
-                   (1.3, 10.0, {}), (1.0, 5.0, {})])
+                   (1.3, 10.0, {}), (1.0, 5.0, {}),
+                   (1.0, 5.0, busy), (1.0, 5.0, busy)])  # squeezenet's two extra rounds: busy
 
     def fake_measure(spec, inputs, runs, warmup, threads, device, dtype):
         f, pace_ms, use = next(rounds)
@@ -272,11 +276,64 @@ def test_a_model_whose_other_rounds_were_beside_other_work_keeps_its_slow_rounds
     report = evaluate(None, "dev1", [EvalCase(spec, SMALL) for spec in SPECS], runs=30,
                       predictor=predictor, measure_fn=fake_measure)
     row = report.rows[0]
-    assert row.contended_rounds == [0] and row.slow_rounds == [1, 2]
+    assert row.contended_rounds == [0, 3, 4] and row.slow_rounds == [1, 2]
     assert row.measured_ms == pytest.approx(5.6)  # median of the slow 6.0 and 5.2, not the busy 4
     [note] = [n for n in report.notes if "ran slow" in n]
     assert note.endswith("leaves it out, except 1 with no other round, whose measured time "
                          "includes it (e.g. torchvision:squeezenet1_1 1x3x32x32)")
+
+
+def test_a_model_short_of_quiet_rounds_is_timed_again_at_the_end_and_resumes_so(predictor,
+                                                                                 tmp_path):
+    """Two of squeezenet's three rounds ran in a slow spell: it is timed again after every
+    model's rounds until it has `MIN_QUIET_ROUNDS` quiet ones, at most `EXTRA_ROUNDS` more."""
+    cases = [EvalCase(spec, SMALL) for spec in SPECS]
+    # (spec, duration factor, pace ms) in timing order; the extra rounds come last
+    plan = [(SPECS[0], 1.5, 10.0), (SPECS[1], 1.0, 5.0), (SPECS[0], 1.0, 5.0),
+            (SPECS[1], 1.0, 5.0), (SPECS[0], 1.5, 10.0), (SPECS[1], 1.1, 5.0),
+            (SPECS[0], 1.4, 10.0),  # extra round 1: slow again, still one quiet round
+            (SPECS[0], 1.1, 5.0)]  # extra round 2: quiet; no third
+    calls = []
+
+    def measure(spec, inputs, runs, warmup, threads, device, dtype, stop_after=None):
+        if stop_after is not None and len(calls) == stop_after:
+            raise KeyboardInterrupt
+        want, f, pace_ms = plan[len(calls)]
+        assert spec == want
+        calls.append(spec)
+        return timing([0.004 * f] * runs, pace_s=pace_ms / 1e3)
+
+    def run(journal=None, stop_after=None):
+        return evaluate(None, "dev1", cases, predictor=predictor, runs=30,
+                        measure_fn=lambda *a: measure(*a, stop_after=stop_after), journal=journal)
+
+    report = run()
+    assert calls == [p[0] for p in plan]
+    short, steady = report.rows
+    assert short.measured_rounds_ms == pytest.approx([6.0, 4.0, 6.0, 5.6, 4.4])
+    assert short.slow_rounds == [0, 2, 3]
+    assert short.measured_ms == pytest.approx(4.2)  # its two quiet rounds, 4.0 and 4.4
+    assert steady.measured_rounds_ms == pytest.approx([4.0, 4.0, 4.4])  # three quiet: no more
+    assert ("1 of 2 models had fewer than 2 quiet rounds (not beside other work, not in a slow "
+            "spell) and were timed again, up to 2 more rounds, at the end (2 rounds in all)"
+            in report.notes)
+    assert report.round_spread_pct()["rounds"] == 3
+    # interrupted during the second extra round: resumed, only that one is timed
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        run(EvalJournal.for_evaluation("dev1", cases, runs=30, warmup=5, rounds=3,
+                                       anchor="profile", directory=tmp_path), stop_after=7)
+    resumed = run(EvalJournal.for_evaluation("dev1", cases, runs=30, warmup=5, rounds=3,
+                                             anchor="profile", directory=tmp_path))
+    assert calls == [p[0] for p in plan]  # one more timing, the eighth
+    assert [r.measured_rounds_ms for r in resumed.rows] == [r.measured_rounds_ms
+                                                             for r in report.rows]
+    # a model with no extra rounds to spare keeps what it has: --rounds 1, quiet, none added
+    calls.clear()
+    plan[:] = [(SPECS[0], 1.0, 5.0), (SPECS[1], 1.0, 5.0)]
+    one = evaluate(None, "dev1", cases, predictor=predictor, runs=30, rounds=1,
+                   measure_fn=lambda *a: measure(*a))
+    assert [len(r.measured_rounds_ms) for r in one.rows] == [1, 1]
 
 
 def test_quiet_rounds_fall_back_to_rounds_not_beside_other_work_then_to_all():
@@ -453,10 +510,12 @@ def test_pace_anchor_scales_each_model_by_the_probe_beside_its_rounds(predictor,
                                      stats={"pace_s": pace_s})
         cases = [EvalCase(spec, SMALL) for spec in SPECS]
         # rounds in turn (A, B, A, B, A, B): B's first two in a slow spell, 2x the usual pace, so
-        # its measurement and its factor keep only its third (6.5 ms: 1.3x the profile's 5 ms; over
-        # all its rounds 12 ms), and A's are its three (median 6 ms: 1.2x); over all kept rounds
-        # (5.5, 6, 6, 6.5) the median is 6 ms, 1.2x, so B's factor is (1.3 * 1.2) ** 0.5
-        paces = iter([0.0055, 0.012, 0.006, 0.012, 0.006, 0.0065])
+        # it is timed once more at the end (`MIN_QUIET_ROUNDS`), and its measurement and its factor
+        # keep its third and that one (6.5 ms each: 1.3x the profile's 5 ms), and A's are its three
+        # (median 6 ms: 1.2x); over all kept rounds (5.5, 6, 6, 6.5, 6.5) the median is 6 ms,
+        # 1.2x, so B's factor is (1.3 * 1.2) ** 0.5
+        paces = iter([0.0055, 0.012, 0.006, 0.012, 0.006, 0.0065,
+                      0.0065])  # B timed again at the end: a second quiet round, as its third
 
         def paced(*a):
             return timing([0.004] * a[2], pace_s=next(paces))

@@ -11,6 +11,8 @@ from kernels_db.build import measure_subnormal_once
 from predictor.devices import choose_device, require_this_machine
 from predictor.evaluate import (
     ANCHORS,
+    EXTRA_ROUNDS,
+    MIN_QUIET_ROUNDS,
     ROUND_TIME_S,
     ROUNDS,
     EvalCase,
@@ -41,7 +43,9 @@ from predictor.journal import EvalJournal
               help="Measure every model in this many rounds spread over the evaluation "
                    "(runs split between them; a round adds passes until its median is stable, "
                    f"for up to {ROUND_TIME_S:g} s): a slow spell of the machine then hits every "
-                   "model a little instead of a few a lot.")
+                   "model a little instead of a few a lot. A model left with fewer than "
+                   f"{MIN_QUIET_ROUNDS} quiet rounds is timed up to {EXTRA_ROUNDS} more times "
+                   "at the end.")
 @click.option("--anchor", type=click.Choice(ANCHORS), default="profile", show_default=True,
               help="profile: predict as profiled; session: also re-time training-zoo references "
                    "here, before and after the models (~1 min), report the device's drift since "
