@@ -7,8 +7,8 @@ captures only, ~25 s per pair on 2 cores).
     python benchmarks/pace_anchor.py DB EVAL_JSON [DB EVAL_JSON ...]
 
 Run it with the XDG_CACHE_HOME the evaluation ran with, so the op models are the ones it predicted
-with. Per pair: the recorded MAPE and the replayed one (they match where no round was timed beside
-other work: the replay has no CPU accounting), the pace anchor's median factor over the models
+with. Per pair: the recorded MAPE and the replayed one (they match: the replay marks the rounds
+recorded beside other work as such, and takes the extra rounds the evaluation took), the pace anchor's median factor over the models
 (each model's the geometric mean of the probe beside its kept rounds and over all kept rounds,
 over the probe in the profile) with the probe's median now and then, and MAPE, share within 5% and
 10%, and the median prediction/measurement ratio with each anchor.
@@ -24,20 +24,26 @@ import numpy as np
 from kernels_db.store import KernelDB
 from predictor.e2e import Predictor
 from predictor.evaluate import EvalCase, EvalReport, evaluate
+from profilers.contention import CpuUse
 from profilers.timer import Measurement
+
+BUSY = CpuUse(others_cores=64.0, cpus=2, window_s=1.0)  # a recorded round beside other work
 
 
 def _replay(report: dict):
-    """A MeasureFn that returns each case's recorded rounds, in order."""
+    """A MeasureFn that returns each case's recorded rounds, in order, with their pace and
+    whether they ran beside other work: so `evaluate` takes the extra rounds it took then."""
     rounds = {(m["spec"], tuple(m["inputs"]), m["dtype"]): iter(
-        list(zip(m["measured_rounds_ms"], m["round_pace_ms"], strict=True)))
+        [(ms, pace_ms, n in m["contended_rounds"]) for n, (ms, pace_ms) in enumerate(
+            zip(m["measured_rounds_ms"], m["round_pace_ms"], strict=True))])
         for m in report["models"]}
 
     def measure(spec, inputs, runs, warmup, threads, device, dtype) -> Measurement:
-        ms, pace_ms = next(rounds[spec, tuple(inputs), dtype])
+        ms, pace_ms, busy = next(rounds[spec, tuple(inputs), dtype])
         return Measurement(samples_s=(ms / 1e3,), warmup=warmup, threads=threads or 1,
                            flushed=False, device=device, stopped_by="stable",
-                           pace_s=pace_ms / 1e3 if pace_ms else None)
+                           pace_s=pace_ms / 1e3 if pace_ms else None,
+                           cpu_use=BUSY if busy else None)
     return measure
 
 
@@ -55,7 +61,8 @@ def pair(db_path: str, eval_path: str) -> None:
     with KernelDB.open(db_path, readonly=True) as db:
         predictor = Predictor.for_device(db, report["device"])
         runs = {anchor: evaluate(db, report["device"], cases, runs=report["runs"],
-                                 predictor=predictor, measure_fn=_replay(report), anchor=anchor)
+                                 predictor=predictor, measure_fn=_replay(report), anchor=anchor,
+                                 extra_rounds=report.get("extra_rounds", 0))
                 for anchor in ("profile", "pace")}
     paced = runs["pace"]
     ratio = (f"median model factor {paced.drift.ratio:.3f}, the probe {paced.drift.pace_ms[0]:.2f} "

@@ -192,7 +192,8 @@ ROUND_TIME_S = 5.0
 # and 2 threads), those measured from 3 quiet rounds were predicted at 4.9% MAPE, 87% within 10%;
 # from 2, 6.6% and 79%; from 1, 9.0% and 62% (104); from none, 13.4% and 40% (10). Noisy hours
 # give both, but within one evaluation too the models with at most one quiet round came out worse
-# in 9 of 13 (median +0.9 points; at 1 thread +3.8 to +7.5 in all four with any)
+# in 9 of the 13 with both kinds (median +0.9 points): at 1 thread in all four, +1.6 to +7.5 (1-4
+# such models each), at 2 threads in 5 of 9 (-5.5 to +7.7)
 MIN_QUIET_ROUNDS = 2
 EXTRA_ROUNDS = 2
 DRIFT_REFERENCES = 12  # training-zoo settings re-timed for the session anchor
@@ -594,9 +595,11 @@ class EvalReport:
     notes: list[str] = field(default_factory=list)
     anchor: str = "profile"  # "session": predictions scaled by `drift.ratio`; "pace": by model
     drift: Drift | None = None
+    extra_rounds: int = 0  # the most rounds a model short of quiet ones could add (`_extra_rounds`)
 
     def to_json(self) -> dict:
         return {"device": self.device, "runs": self.runs, "anchor": self.anchor,
+                "extra_rounds": self.extra_rounds,
                 "drift": self.drift.to_json() if self.drift else None, "summary": self.summary,
                 "interval_coverage": self.interval_coverage,
                 "round_spread_pct": self.round_spread_pct(),
@@ -617,7 +620,7 @@ class EvalReport:
 
     def remeasurement(self) -> dict[str, float] | None:
         """The summary metrics of each round's median as a prediction of the median of the same
-        model's other rounds (n = models x rounds): the scale of the machine's round-to-round
+        model's other rounds (n: the models' rounds kept): the scale of the machine's round-to-round
         noise. It is not a strict floor (a predictor is scored against the median of all rounds,
         which is steadier than one round), but an error near it is within the noise of this
         ground truth. On the 2-vCPU dev VM at 2 threads it came to 3.6-14.3% MAPE and 33-94% within
@@ -671,8 +674,8 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
              warmup: int = 5, rounds: int = ROUNDS, predictor: Predictor | None = None,
              measure_fn: MeasureFn | None = None, anchor: str = "profile",
              subnormal_fn: SubnormalFn | None = None, flushed_fn: MeasureFn | None = None,
-             progress: ProgressFn | None = None, journal: EvalJournal | None = None
-             ) -> EvalReport:
+             progress: ProgressFn | None = None, journal: EvalJournal | None = None,
+             extra_rounds: int = EXTRA_ROUNDS) -> EvalReport:
     """Measure and predict every case; summary metrics for hwlat and both baselines.
 
     Each case is timed in `rounds` rounds over all cases (at least runs/rounds timed runs each,
@@ -687,6 +690,8 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
     beside its measurement (default: `time_model_flushed` when the measurement is real).
     journal: keeps each timing as it is made and supplies those an interrupted run of the same
     evaluation made (`predictor.journal`); removed when the report is made.
+    extra_rounds: at most this many more rounds for a model short of quiet ones (`_extra_rounds`;
+    a replay of an evaluation recorded before them passes 0).
     """
     if anchor not in ANCHORS:
         raise ValueError(f"anchor must be one of {', '.join(ANCHORS)}, not {anchor!r}")
@@ -728,8 +733,8 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
                 if journal:
                     journal.add(got, "round", i, r)
             timings[i].append(got)
-    extra = _extra_rounds(cases, captured, timings, rounds, measure_fn, runs, warmup, dev,
-                          journal, progress)
+    extra = _extra_rounds(cases, captured, timings, rounds, extra_rounds, measure_fn, runs,
+                          warmup, dev, journal, progress)
     # each round counts once: a round that ran into a slow spell is noisy, takes more samples
     # before its median is stable, and would dominate a median over all samples; a round timed
     # beside other work (profilers.contention) or in a slow spell the pace probe saw
@@ -770,10 +775,13 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
                     journal.add(flushed[i], "flushed", i)
     notes = [note] if note else []
     if extra:
-        notes.append(f"{len(extra)} of {len(cases)} models had fewer than "
-                     f"{min(MIN_QUIET_ROUNDS, rounds)} quiet rounds (not beside other work, not in "
-                     f"a slow spell) and were timed again, up to {EXTRA_ROUNDS} more rounds, at "
-                     f"the end ({sum(extra.values())} rounds in all)")
+        want = min(MIN_QUIET_ROUNDS, rounds)
+        still = sum(len(_strictly_quiet(len(round_ms[i]), contended[i], slow[i])) < want
+                    for i in extra)
+        notes.append(f"{len(extra)} of {len(cases)} models were timed again at the end, up to "
+                     f"{extra_rounds} more rounds each ({sum(extra.values())} in all): fewer than "
+                     f"{want} of their rounds were quiet (not beside other work, not in a slow "
+                     "spell)" + (f"; {still} still had fewer after them" if still else ""))
     if in_sample := sorted({c.spec for c in cases} & {r.spec for r in fitted_rows}):
         notes.append("timed end to end by this device's profile (the zoo or `profile --add`), so "
                      f"not unseen: {', '.join(in_sample)}")
@@ -825,7 +833,8 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
         notes.append(line)
     if anchor == "session" and (line := session_drift_note(drift)):
         notes.append(line)
-    report = _report(dev.id, rows, runs, notes, anchor if drift else "profile", drift)
+    report = _report(dev.id, rows, runs, notes, anchor if drift else "profile", drift,
+                     extra_rounds)
     if journal:
         journal.finish()
     return report
@@ -843,26 +852,32 @@ def _cost_pace(predictor: Predictor, drift: Drift | None) -> float:
     return drift.pace_ms[1] / cost["pace_ms"]
 
 
-def _extra_rounds(cases, captured, timings: list[list[Measurement]], rounds: int,
+def _strictly_quiet(n_rounds: int, contended: Sequence[int], slow: Sequence[int]) -> list[int]:
+    """The rounds timed neither beside other work nor in a slow spell (no fallback)."""
+    return [n for n in range(n_rounds) if n not in contended and n not in slow]
+
+
+def _extra_rounds(cases, captured, timings: list[list[Measurement]], rounds: int, most: int,
                   measure_fn: MeasureFn, runs: int, warmup: int, dev, journal: EvalJournal | None,
                   progress: ProgressFn | None) -> dict[int, int]:
     """Time again, at the end, each model left with fewer than `MIN_QUIET_ROUNDS` quiet rounds
-    (at most its planned `rounds`), up to `EXTRA_ROUNDS` more rounds each, until it has them; the
-    rounds are appended to `timings`. Which models are short is decided from the timings alone, so
-    a resumed evaluation takes the same ones from its journal. Returns {case index: rounds added}."""
+    (at most its planned `rounds`), up to `most` more rounds each, until it has them; the rounds
+    are appended to `timings`. Which models are short is decided from the timings alone, so a
+    resumed evaluation takes the same ones from its journal. Returns {case index: rounds added}."""
     want = min(MIN_QUIET_ROUNDS, rounds)
     added: dict[int, int] = {}
-    for extra in range(EXTRA_ROUNDS):
+    for extra in range(most):
         slow = slow_rounds([[t.pace_s for t in ts] for ts in timings])
         short = [i for i, (ts, s) in enumerate(zip(timings, slow, strict=True))
-                 if sum(not t.contended and n not in s for n, t in enumerate(ts)) < want]
+                 if len(_strictly_quiet(len(ts), [n for n, t in enumerate(ts) if t.contended],
+                                        s)) < want]
         for i in short:
             case, cap = cases[i], captured[i]
             got = journal.get("round", i, rounds + extra) if journal else None
             if got is None:
                 if progress:
                     progress(f"measuring {case.spec} {','.join(str(x) for x in cap.inputs)} again "
-                             f"(extra round {extra + 1}/{EXTRA_ROUNDS}: fewer than {want} of its "
+                             f"(extra round {added.get(i, 0) + 1}: fewer than {want} of its "
                              "rounds ran quiet)")
                 got = measure_fn(case.spec, [str(x) for x in cap.inputs], -(-runs // rounds),
                                  warmup, dev.threads, dev.kind, case.dtype)
@@ -981,7 +996,8 @@ def session_drift_note(drift: Drift | None) -> str | None:
 
 
 def _report(device: str, rows: list[EvalRow], runs: int, notes: list[str],
-            anchor: str = "profile", drift: Drift | None = None) -> EvalReport:
+            anchor: str = "profile", drift: Drift | None = None,
+            extra_rounds: int = 0) -> EvalReport:
     measured = [r.measured_ms for r in rows]
     summary = {"hwlat": metrics(measured, [r.predicted_ms for r in rows])}
     if rows and rows[0].flops_pred_ms is not None:
@@ -999,4 +1015,4 @@ def _report(device: str, rows: list[EvalRow], runs: int, notes: list[str],
                                             else r.predicted_ms for r in rows])
     covered = [r.interval_ms[0] <= r.measured_ms <= r.interval_ms[1] for r in rows]
     return EvalReport(device, rows, summary, float(np.mean(covered)) if rows else float("nan"),
-                      runs, notes, anchor, drift)
+                      runs, notes, anchor, drift, extra_rounds)

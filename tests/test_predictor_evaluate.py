@@ -314,9 +314,10 @@ def test_a_model_short_of_quiet_rounds_is_timed_again_at_the_end_and_resumes_so(
     assert short.slow_rounds == [0, 2, 3]
     assert short.measured_ms == pytest.approx(4.2)  # its two quiet rounds, 4.0 and 4.4
     assert steady.measured_rounds_ms == pytest.approx([4.0, 4.0, 4.4])  # three quiet: no more
-    assert ("1 of 2 models had fewer than 2 quiet rounds (not beside other work, not in a slow "
-            "spell) and were timed again, up to 2 more rounds, at the end (2 rounds in all)"
+    assert ("1 of 2 models were timed again at the end, up to 2 more rounds each (2 in all): "
+            "fewer than 2 of their rounds were quiet (not beside other work, not in a slow spell)"
             in report.notes)
+    assert json.loads(json.dumps(report.to_json()))["extra_rounds"] == 2
     assert report.round_spread_pct()["rounds"] == 3
     # interrupted during the second extra round: resumed, only that one is timed
     calls.clear()
@@ -328,7 +329,7 @@ def test_a_model_short_of_quiet_rounds_is_timed_again_at_the_end_and_resumes_so(
     assert calls == [p[0] for p in plan]  # one more timing, the eighth
     assert [r.measured_rounds_ms for r in resumed.rows] == [r.measured_rounds_ms
                                                              for r in report.rows]
-    # a model with no extra rounds to spare keeps what it has: --rounds 1, quiet, none added
+    # --rounds 1: one quiet round is enough (the rule asks for at most the planned rounds)
     calls.clear()
     plan[:] = [(SPECS[0], 1.0, 5.0), (SPECS[1], 1.0, 5.0)]
     one = evaluate(None, "dev1", cases, predictor=predictor, runs=30, rounds=1,
@@ -531,6 +532,7 @@ def test_pace_anchor_scales_each_model_by_the_probe_beside_its_rounds(predictor,
     assert (anchored.drift.q25, anchored.drift.q75) == pytest.approx(
         np.percentile(factors, [25, 75]))
     assert anchored.drift.pace_ms == pytest.approx((6.0, 5.0))  # over all rounds kept
+    assert [len(r.measured_rounds_ms) for r in anchored.rows] == [3, 4]  # B timed again
     for a, p, factor in zip(anchored.rows, plain.rows, factors, strict=True):
         assert a.measured_ms == p.measured_ms == pytest.approx(4.0)  # the truth is untouched
         assert a.predicted_ms == pytest.approx(factor * p.predicted_ms)

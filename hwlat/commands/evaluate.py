@@ -44,8 +44,8 @@ from predictor.journal import EvalJournal
                    "(runs split between them; a round adds passes until its median is stable, "
                    f"for up to {ROUND_TIME_S:g} s): a slow spell of the machine then hits every "
                    "model a little instead of a few a lot. A model left with fewer than "
-                   f"{MIN_QUIET_ROUNDS} quiet rounds is timed up to {EXTRA_ROUNDS} more times "
-                   "at the end.")
+                   f"{MIN_QUIET_ROUNDS} (or --rounds) quiet rounds is timed up to {EXTRA_ROUNDS} "
+                   "more times at the end.")
 @click.option("--anchor", type=click.Choice(ANCHORS), default="profile", show_default=True,
               help="profile: predict as profiled; session: also re-time training-zoo references "
                    "here, before and after the models (~1 min), report the device's drift since "
@@ -165,12 +165,15 @@ def show(report: EvalReport) -> None:
     spread = report.round_spread_pct()
     if spread:
         passes = [sum(r.round_runs) for r in report.rows if r.round_runs]
+        most = max(len(r.measured_rounds_ms) for r in report.rows)
         stdout.print(f"ground truth: each model measured in {spread['rounds']} rounds"
+                     + (f" (some in up to {most}: timed again, short of quiet ones)"
+                        if most > spread["rounds"] else "")
                      + (f" ({min(passes)}-{max(passes)} timed passes)" if passes else "")
                      + f"; the medians of the rounds kept differ by {spread['median']:.1f}% (median "
                      f"over models, largest {spread['max']:.1f}%), the noise of the measurement "
                      "itself; 're-measurement' scores each round's median against the model's other "
-                     "rounds (models x rounds pairs): errors near it are within that noise")
+                     "rounds (one pair per round kept): errors near it are within that noise")
     stale = session_drift_note(report.drift) if report.anchor == "session" else None
     for note in report.notes:
         if note == stale:  # the numbers above may not hold: said as a warning, not a note
