@@ -721,20 +721,24 @@ def evaluate(db: KernelDB, device: str, cases: Sequence[EvalCase], *, runs: int 
             journal.add(before, "references", "before")
     rounds = max(1, min(rounds, runs))
     timings: list[list[Measurement]] = [[] for _ in cases]
+
+    def time_round(i: int, r: int, why: str) -> None:
+        """Case i's round r (the journal's, where an interrupted run timed it) into `timings`."""
+        case, cap = cases[i], captured[i]
+        got = journal.get("round", i, r) if journal else None
+        if got is None:
+            if progress:
+                progress(f"measuring {case.spec} {','.join(str(x) for x in cap.inputs)}{why}")
+            got = measure_fn(case.spec, [str(x) for x in cap.inputs], -(-runs // rounds),
+                             warmup, dev.threads, dev.kind, case.dtype)
+            if journal:
+                journal.add(got, "round", i, r)
+        timings[i].append(got)
+
     for r in range(rounds):  # round-robin: a slow spell of the machine hits every model a bit
-        for i, (case, cap) in enumerate(zip(cases, captured, strict=True)):
-            got = journal.get("round", i, r) if journal else None
-            if got is None:
-                if progress:
-                    progress(f"measuring {case.spec} {','.join(str(x) for x in cap.inputs)}"
-                             + (f" (round {r + 1}/{rounds})" if rounds > 1 else ""))
-                got = measure_fn(case.spec, [str(x) for x in cap.inputs], -(-runs // rounds),
-                                 warmup, dev.threads, dev.kind, case.dtype)
-                if journal:
-                    journal.add(got, "round", i, r)
-            timings[i].append(got)
-    extra = _extra_rounds(cases, captured, timings, rounds, extra_rounds, measure_fn, runs,
-                          warmup, dev, journal, progress)
+        for i in range(len(cases)):
+            time_round(i, r, f" (round {r + 1}/{rounds})" if rounds > 1 else "")
+    extra = _extra_rounds(timings, rounds, extra_rounds, time_round)
     # each round counts once: a round that ran into a slow spell is noisy, takes more samples
     # before its median is stable, and would dominate a median over all samples; a round timed
     # beside other work (profilers.contention) or in a slow spell the pace probe saw
@@ -857,13 +861,13 @@ def _strictly_quiet(n_rounds: int, contended: Sequence[int], slow: Sequence[int]
     return [n for n in range(n_rounds) if n not in contended and n not in slow]
 
 
-def _extra_rounds(cases, captured, timings: list[list[Measurement]], rounds: int, most: int,
-                  measure_fn: MeasureFn, runs: int, warmup: int, dev, journal: EvalJournal | None,
-                  progress: ProgressFn | None) -> dict[int, int]:
+def _extra_rounds(timings: list[list[Measurement]], rounds: int, most: int,
+                  time_round: Callable[[int, int, str], None]) -> dict[int, int]:
     """Time again, at the end, each model left with fewer than `MIN_QUIET_ROUNDS` quiet rounds
-    (at most its planned `rounds`), up to `most` more rounds each, until it has them; the rounds
-    are appended to `timings`. Which models are short is decided from the timings alone, so a
-    resumed evaluation takes the same ones from its journal. Returns {case index: rounds added}."""
+    (at most its planned `rounds`), up to `most` more rounds each, until it has them
+    (`time_round(case index, round key, why)` appends each to `timings`). Which models are short
+    is decided from the timings alone, so a resumed evaluation takes the same ones from its
+    journal. Returns {case index: rounds added}."""
     want = min(MIN_QUIET_ROUNDS, rounds)
     added: dict[int, int] = {}
     for extra in range(most):
@@ -872,18 +876,8 @@ def _extra_rounds(cases, captured, timings: list[list[Measurement]], rounds: int
                  if len(_strictly_quiet(len(ts), [n for n, t in enumerate(ts) if t.contended],
                                         s)) < want]
         for i in short:
-            case, cap = cases[i], captured[i]
-            got = journal.get("round", i, rounds + extra) if journal else None
-            if got is None:
-                if progress:
-                    progress(f"measuring {case.spec} {','.join(str(x) for x in cap.inputs)} again "
-                             f"(extra round {added.get(i, 0) + 1}: fewer than {want} of its "
-                             "rounds ran quiet)")
-                got = measure_fn(case.spec, [str(x) for x in cap.inputs], -(-runs // rounds),
-                                 warmup, dev.threads, dev.kind, case.dtype)
-                if journal:
-                    journal.add(got, "round", i, rounds + extra)
-            timings[i].append(got)
+            time_round(i, rounds + extra, f" again (extra round {added.get(i, 0) + 1}: fewer "
+                       f"than {want} of its rounds ran quiet)")
             added[i] = added.get(i, 0) + 1
     return added
 
@@ -898,7 +892,7 @@ def slow_rounds(paces: Sequence[Sequence[float | None]]) -> list[list[int]]:
 def _kept_rounds(n_rounds: int, contended: Sequence[int], slow: Sequence[int]) -> list[int]:
     """The indices of the rounds `quiet_rounds` keeps."""
     every = range(n_rounds)
-    return ([n for n in every if n not in contended and n not in slow]
+    return (_strictly_quiet(n_rounds, contended, slow)
             or [n for n in every if n not in contended] or list(every))
 
 
